@@ -1,0 +1,142 @@
+"""SAM cost: training-step time of SAM / plain AdamW, side by side in one run, and SAM's extra memory.
+
+A training step is what timm's train.py does per update through the task API:
+``task(x, y)['loss'].backward(); optimizer.step(); optimizer.zero_grad()``. Exact SAM needs two
+forward-backward passes, so 2.0 is the floor of the ratio; the rest is SAM's own work (global
+norm, perturbation, bit-exact restore). The same ratio is printed for a straightforward
+per-parameter-loop SAM written below as a reference (a Python loop over parameters, a fresh copy
+of every parameter each step).
+
+    python benchmarks/bench_sam.py [--models vit_small_patch16_224 resnet50] [--batch-size 2] [--repeats 7]
+"""
+import argparse
+import copy
+import statistics
+import time
+from typing import Callable, Dict, List, Tuple
+
+import timm
+import torch
+import torch.nn as nn
+from timm.optim import create_optimizer_v2
+from timm.task import ClassificationTask
+
+import timm_ext  # noqa: F401  (registers samadamw)
+
+
+class LoopSAM:
+    """Reference SAM: per-parameter Python loops, a new copy of each parameter every step."""
+
+    def __init__(self, model: nn.Module, base: torch.optim.Optimizer, rho: float = 0.05):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.base = base
+        self.rho = rho
+
+    @torch.no_grad()
+    def first_step(self) -> None:
+        norm = torch.norm(torch.stack([p.grad.norm(2) for p in self.params if p.grad is not None]), 2)
+        scale = self.rho / (norm + 1e-12)
+        self.old = {}
+        for p in self.params:
+            if p.grad is None:
+                continue
+            self.old[p] = p.clone()
+            p.add_(p.grad * scale)
+        self.base.zero_grad()
+
+    @torch.no_grad()
+    def second_step(self) -> None:
+        for p, old in self.old.items():
+            p.copy_(old)
+        self.old = {}
+        self.base.step()
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _time(fn: Callable[[], None]) -> Tuple[float, float]:
+    """(wall seconds, CPU seconds of this process): CPU time is not inflated by other processes."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def bench_model(name: str, batch_size: int, repeats: int, warmup: int) -> Dict[str, float]:
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=1000)
+    models = [model] + [copy.deepcopy(model) for _ in range(2)]  # one model + task per optimizer
+    tasks = [ClassificationTask(m.train(), nn.CrossEntropyLoss(), verbose=False) for m in models]
+    size = model.pretrained_cfg['input_size']
+    x = torch.randn(batch_size, *size)
+    y = torch.randint(0, 1000, (batch_size,))
+    kw = dict(lr=1e-4, weight_decay=0.05, foreach=True)
+    adamw = create_optimizer_v2(models[0], 'adamw', **kw)
+    sam = create_optimizer_v2(models[1], 'samadamw', rho=0.05, **kw)
+    loop_base = create_optimizer_v2(models[2], 'adamw', **kw)
+    loop = LoopSAM(models[2], loop_base)
+
+    def base_step():
+        tasks[0](x, y)['loss'].backward()
+        adamw.step()
+        adamw.zero_grad()
+
+    def sam_step():
+        tasks[1](x, y)['loss'].backward()
+        sam.step()
+        sam.zero_grad()
+
+    def loop_step():
+        tasks[2](x, y)['loss'].backward()
+        loop.first_step()
+        tasks[2](x, y)['loss'].backward()
+        loop.second_step()
+        loop_base.zero_grad()
+
+    steps = {'adamw': base_step, 'sam': sam_step, 'loop_sam': loop_step}
+    for fn in steps.values():
+        for _ in range(warmup):
+            fn()
+    times: Dict[str, List[float]] = {k: [] for k in steps}
+    cpu: Dict[str, List[float]] = {k: [] for k in steps}
+    for _ in range(repeats):  # interleaved, so load changes hit all three alike
+        for key, fn in steps.items():
+            wall_s, cpu_s = _time(fn)
+            times[key].append(wall_s)
+            cpu[key].append(cpu_s)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    params = [p for p in model.parameters()]
+    extra = _bytes(sam._backup.values()) + _bytes(sam._buffers._copies)
+    return dict(
+        params_m=sum(p.numel() for p in params) / 1e6,
+        adamw_s=med['adamw'], sam_s=med['sam'], loop_s=med['loop_sam'],
+        sam_ratio=med['sam'] / med['adamw'], loop_ratio=med['loop_sam'] / med['adamw'],
+        sam_ratio_cpu=med_cpu['sam'] / med_cpu['adamw'], loop_ratio_cpu=med_cpu['loop_sam'] / med_cpu['adamw'],
+        sam_extra_mem=extra / _bytes(params),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--models', nargs='+', default=['vit_small_patch16_224', 'resnet50'])
+    parser.add_argument('--batch-size', type=int, default=2)
+    parser.add_argument('--repeats', type=int, default=7)
+    parser.add_argument('--warmup', type=int, default=2)
+    args = parser.parse_args()
+    print(f'torch {torch.__version__}, timm {timm.__version__}, CPU threads {torch.get_num_threads()}, '
+          f'batch {args.batch_size}, median of {args.repeats} interleaved repeats (wall-clock and process CPU time)')
+    header = (f'{"model":<24}{"params(M)":>10}{"AdamW s":>10}{"SAM s":>9}{"SAM/AdamW":>11}'
+              f'{"loop-SAM/AdamW":>16}{"CPU-time SAM/AdamW":>20}{"CPU-time loop/AdamW":>21}'
+              f'{"SAM extra mem/params":>22}')
+    print(header)
+    for name in args.models:
+        r = bench_model(name, args.batch_size, args.repeats, args.warmup)
+        print(f'{name:<24}{r["params_m"]:>10.1f}{r["adamw_s"]:>10.3f}{r["sam_s"]:>9.3f}{r["sam_ratio"]:>11.3f}'
+              f'{r["loop_ratio"]:>16.3f}{r["sam_ratio_cpu"]:>20.3f}{r["loop_ratio_cpu"]:>21.3f}'
+              f'{r["sam_extra_mem"]:>22.3f}')
+
+
+if __name__ == '__main__':
+    main()
