@@ -557,7 +557,9 @@ def _ddp_worker(rank, world_size, port):
         task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False).prepare_distributed(device_ids=None)
         opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5), rho=0.2)
         mine = quarters[2 * rank:2 * rank + 2]
-        with task.no_sync():
+        # newer timm tasks have no_sync(); timm 1.0.23's keeps the DDP module in task.model
+        no_sync = task.no_sync if hasattr(task, 'no_sync') else task.model.no_sync
+        with no_sync():
             (task(*mine[0])['loss'] / 2).backward()
         (task(*mine[1])['loss'] / 2).backward()
         opt.step()
