@@ -1,22 +1,44 @@
-"""Train-step throughput of AlterNet next to its pre-activation ResNet baselines, measured side by side.
+"""AlterNet speed, measured side by side: against the official code, or against its pre-activation ResNet baselines.
 
-The paper (App. E) reports Alter-ResNet-50 20% faster than the pre-activation ResNet-50 on CIFAR-100
-on a GPU (473 vs ~394 img/s). Pairs, each timed interleaved (A, B, A, B, ...), median of repeats:
+``--official PATH`` (PATH: a checkout of https://github.com/xxxnell/how-do-vits-work, which needs ``einops``;
+nothing of it is copied into timm-ext) times the official ``models/alternet.py`` against ours at the same
+configuration, after converting the official weights with ``convert_official_alternet`` and checking that both
+give the same outputs (eval and train mode):
 
-  * alternet_50_cifar  vs alternet_50_nomsa_cifar (the paper's baseline), 32 x 32, 100 classes;
-  * alternet_50        vs timm's resnetv2_50 (pre-activation ResNet-50, 3-4-6-3, BatchNorm), 224 x 224.
+  * CIFAR-100: official AlterNet-50 with MSA blocks (0, 1, 1, 2), window 4, 3x3 stem vs ``alternet_50_cifar``,
+    32 x 32, batch 32;
+  * ImageNet: official ``dnn_50`` (MSA blocks (0, 1, 3, 2), window 7) vs ``alternet_50``, 224 x 224, batch 8.
 
-A train step is forward + cross-entropy + backward + AdamW step. Ratio = AlterNet img/s / baseline img/s.
+A train step is forward + cross-entropy + backward (no optimizer step: its cost is the same for both);
+inference is an eval-mode forward under ``torch.no_grad()``. Each pair runs interleaved (A, B, A, B, ...), median
+of ``--reps``; ratio = official time / our time (> 1: ours is faster). ``--channels-last`` adds a run with both
+models and inputs in channels-last memory.
 
+Without ``--official``: train steps (with AdamW) of AlterNet next to its baselines (paper App. E: Alter-ResNet-50
+20 % faster than the pre-activation ResNet-50 on CIFAR-100, on a GPU):
+
+  * alternet_50_cifar  vs alternet_50_nomsa_cifar, 32 x 32, 100 classes;
+  * alternet_50        vs timm's resnetv2_50, 224 x 224.
+
+    python benchmarks/bench_alternet.py --official /tmp/how-do-vits-work [--threads 2] [--reps 7] [--channels-last]
     python benchmarks/bench_alternet.py [--cifar-batch 32] [--imagenet-batch 4] [--reps 5] [--device cpu]
 """
 import argparse
+import importlib
+import sys
+import types
+from functools import partial
+from pathlib import Path
+from typing import Callable, Dict, Tuple
 
 import timm
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from _timing import interleaved_median_seconds, train_step
 
 import timm_ext  # noqa: F401
+from timm_ext.models import convert_official_alternet
 
 PAIRS = [  # (model, baseline, image size, batch-size argument)
     ('alternet_50_cifar', 'alternet_50_nomsa_cifar', 32, 'cifar_batch'),
@@ -24,16 +46,112 @@ PAIRS = [  # (model, baseline, image size, batch-size argument)
 ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--cifar-batch', type=int, default=32)
-    parser.add_argument('--imagenet-batch', type=int, default=4)
-    parser.add_argument('--reps', type=int, default=5)
-    parser.add_argument('--warmup', type=int, default=1)
-    parser.add_argument('--device', default='cpu')
-    args = parser.parse_args()
-    device = torch.device(args.device)
-    torch.manual_seed(0)
+def _import_official(path: Path) -> Tuple[types.ModuleType, types.ModuleType]:
+    """models.alternet and models.preresnet_dnn_block of the official checkout, without running its
+    models/__init__.py (that one imports the whole zoo, requests and tqdm)."""
+    if not (path / 'models' / 'alternet.py').is_file():
+        raise SystemExit(f'--official {path}: no models/alternet.py there (expected a how-do-vits-work checkout)')
+    package = types.ModuleType('models')
+    package.__path__ = [str(path / 'models')]
+    sys.modules['models'] = package
+    sys.path.insert(0, str(path))
+    return importlib.import_module('models.alternet'), importlib.import_module('models.preresnet_dnn_block')
+
+
+def _official_model(path: Path, imagenet: bool) -> nn.Module:
+    alternet, preresnet = _import_official(path)
+    if imagenet:
+        return alternet.dnn_50(num_classes=1000, stem=True, window_size=7)
+    return alternet.AlterNet(  # dnn_50 with the paper's CIFAR MSA layout (Fig. 11)
+        preresnet.Bottleneck, alternet.AttentionBlockB, stem=partial(alternet.StemB, pool=False),
+        num_blocks=(3, 4, 6, 4), num_blocks2=(0, 1, 1, 2), heads=(3, 6, 12, 24), num_classes=100, window_size=4)
+
+
+def _randomize_norms(model: nn.Module, seed: int = 0) -> None:
+    """Non-trivial BatchNorm statistics and affines, so that the output check means something."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(0.1 * torch.randn(m.num_features, generator=gen))
+                m.running_var.copy_(0.5 + torch.rand(m.num_features, generator=gen))
+                m.weight.copy_(1 + 0.1 * torch.randn(m.num_features, generator=gen))
+                m.bias.copy_(0.1 * torch.randn(m.num_features, generator=gen))
+
+
+def _check_same_outputs(official: nn.Module, ours: nn.Module, x: torch.Tensor) -> float:
+    """Max |difference| of the logits, eval and train mode (BatchNorm on batch statistics); raises if not close."""
+    worst = 0.
+    for training in (False, True):
+        official.train(training)
+        ours.train(training)
+        with torch.no_grad():
+            a, b = official(x), ours(x)
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+        worst = max(worst, (a - b).abs().max().item())
+    return worst
+
+
+def _forward_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+    return step
+
+
+def _inference(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
+    def forward() -> None:
+        with torch.no_grad():
+            model(x)
+    return forward
+
+
+def _time_pair(official: nn.Module, ours: nn.Module, x, y, device, args) -> Dict[str, float]:
+    """Official / ours time ratio for a train step and for inference."""
+    ratios = {}
+    for mode in ('train', 'inference'):
+        for m in (official, ours):
+            m.train(mode == 'train')
+        fn = (lambda m: _forward_backward(m, x, y)) if mode == 'train' else (lambda m: _inference(m, x))
+        t = interleaved_median_seconds({'official': fn(official), 'ours': fn(ours)}, device,
+                                       warmup=args.warmup, reps=args.reps)
+        ratios[mode] = t['official'] / t['ours']
+        ratios[f'{mode}_ms'] = (1e3 * t['official'], 1e3 * t['ours'])
+    return ratios
+
+
+def compare_with_official(args: argparse.Namespace, device: torch.device) -> None:
+    configs = [  # (label, ours, imagenet, size, batch)
+        ('CIFAR-100', 'alternet_50_cifar', False, 32, args.cifar_batch),
+        ('ImageNet', 'alternet_50', True, 224, args.imagenet_batch),
+    ]
+    configs = [c for c in configs if c[0].split('-')[0].lower() in args.configs]
+    formats = [torch.contiguous_format] + ([torch.channels_last] if args.channels_last else [])
+    print(f'official code vs timm-ext: device={device} threads={torch.get_num_threads()} reps={args.reps} '
+          f'(median, interleaved; ratio = official time / ours)')
+    print(f'{"config":<10} {"model":<18} {"size":>4} {"batch":>5} {"memory":<14} {"max|diff|":>9} '
+          f'{"train ms (off / ours)":>22} {"ratio":>6} {"infer ms (off / ours)":>22} {"ratio":>6}')
+    for label, name, imagenet, size, batch in configs:
+        torch.manual_seed(0)
+        official = _official_model(args.official, imagenet)
+        _randomize_norms(official)
+        ours = timm.create_model(name)
+        ours.load_state_dict(convert_official_alternet(official.state_dict(), ours))
+        x = torch.randn(batch, 3, size, size)
+        y = torch.randint(0, ours.num_classes, (batch,))
+        diff = _check_same_outputs(official, ours, x[:4])
+        for fmt in formats:
+            official, ours = official.to(device, memory_format=fmt), ours.to(device, memory_format=fmt)
+            xd, yd = x.to(device).contiguous(memory_format=fmt), y.to(device)
+            r = _time_pair(official, ours, xd, yd, device, args)
+            memory = 'channels_last' if fmt == torch.channels_last else 'contiguous'
+            print(f'{label:<10} {name:<18} {size:>4} {batch:>5} {memory:<14} {diff:>9.1e} '
+                  f'{r["train_ms"][0]:>10.1f} /{r["train_ms"][1]:>10.1f} {r["train"]:>6.3f} '
+                  f'{r["inference_ms"][0]:>10.1f} /{r["inference_ms"][1]:>10.1f} {r["inference"]:>6.3f}')
+        del official, ours
+
+
+def compare_with_baselines(args: argparse.Namespace, device: torch.device) -> None:
     print(f'device={device} threads={torch.get_num_threads()} reps={args.reps} (median, interleaved)')
     print(f'{"model":<20} {"baseline":<25} {"size":>4} {"batch":>5} {"params M":>15} '
           f'{"train img/s":>16} {"ratio":>6}')
@@ -51,6 +169,34 @@ def main() -> None:
         print(f'{name:<20} {base_name:<25} {size:>4} {batch:>5} {params[0]:>6.2f} /{params[1]:>6.2f} '
               f'{batch / times["alt"]:>7.2f} /{batch / times["base"]:>7.2f} {times["base"] / times["alt"]:>6.3f}')
         del model, base
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--official', type=Path, default=None,
+                        help='checkout of xxxnell/how-do-vits-work: compare with its AlterNet')
+    parser.add_argument('--channels-last', action='store_true', help='with --official: also time channels-last')
+    parser.add_argument('--configs', nargs='+', choices=('cifar', 'imagenet'), default=('cifar', 'imagenet'),
+                        help='with --official: which of the two configurations to time')
+    parser.add_argument('--cifar-batch', type=int, default=32)
+    parser.add_argument('--imagenet-batch', type=int, default=None, help='default: 8 with --official, else 4')
+    parser.add_argument('--reps', type=int, default=None, help='default: 7 with --official, else 5')
+    parser.add_argument('--warmup', type=int, default=1)
+    parser.add_argument('--threads', type=int, default=None, help='torch CPU threads (default: 2 with --official)')
+    parser.add_argument('--device', default='cpu')
+    args = parser.parse_args()
+    official = args.official is not None
+    args.imagenet_batch = args.imagenet_batch or (8 if official else 4)
+    args.reps = args.reps or (7 if official else 5)
+    threads = args.threads or (2 if official else None)
+    if threads:
+        torch.set_num_threads(threads)
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    if official:
+        compare_with_official(args, device)
+    else:
+        compare_with_baselines(args, device)
 
 
 if __name__ == '__main__':

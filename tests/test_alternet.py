@@ -5,11 +5,14 @@ cost no real forward. MACs are counted "thop-style", the way the paper's authors
 issue 33): Conv2d and Linear multiply-accumulates, 4 per element for an affine BatchNorm, kernel+1 per
 output of adaptive average pooling, nothing for activations, max-pooling or the attention matmuls.
 """
+from typing import List, Tuple
+
 import pytest
 import timm
 import torch
+import torch.nn as nn
 from timm.layers import DropPath
-from torch import nn
+from timm.models._features_fx import create_feature_extractor, get_graph_node_names
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from timm_ext.models.alternet import AlterNet, LocalMsaBlock, alternet_msa_indices
@@ -18,7 +21,7 @@ DEPTHS = (18, 34, 50, 101, 152)
 TINY = dict(channels=(16, 32, 64, 128), num_heads=(1, 1, 2, 2), head_dim=8, num_classes=10)
 
 
-def thop_style_macs(model: nn.Module, input_size: tuple[int, ...]) -> int:
+def thop_style_macs(model: nn.Module, input_size: Tuple[int, ...]) -> int:
     total = 0
 
     def hook(module, inputs, output):
@@ -128,7 +131,7 @@ def test_registered_names_and_cfgs():
 
 # --- structure ----------------------------------------------------------------------------------------------
 
-def _msa_layout(model: AlterNet) -> list[list[int]]:
+def _msa_layout(model: AlterNet) -> List[List[int]]:
     return [[i for i, b in enumerate(stage.blocks) if isinstance(b, LocalMsaBlock)] for stage in model.stages]
 
 
@@ -296,6 +299,82 @@ def test_torch_compile_forward(tiny):
             torch.testing.assert_close(compiled(x), tiny(x))
 
 
+@pytest.mark.slow
+def test_torch_compile_train_step(tiny):
+    """fullgraph=True in training mode too (the explicit-softmax kernel): same loss and gradients as eager."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 3, 20, 28)
+    tiny.train()
+    eager = timm.create_model('alternet_18_cifar', **TINY).train()
+    eager.load_state_dict(tiny.state_dict())
+    compiled = torch.compile(tiny, backend='aot_eager', fullgraph=True, dynamic=False)
+    compiled(x).square().mean().backward()
+    eager(x).square().mean().backward()
+    for (name, p), p_ref in zip(tiny.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, p_ref.grad, msg=name)
+
+
+def test_channels_last_input_gives_the_same_output(tiny):
+    """Every layer keeps the memory format it is given (the attention included); the numbers do not change."""
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(tiny(x.contiguous(memory_format=torch.channels_last)), tiny(x))
+        feats = tiny.to(memory_format=torch.channels_last).forward_features(
+            x.contiguous(memory_format=torch.channels_last))
+    assert feats.is_contiguous(memory_format=torch.channels_last)
+
+
+# --- timm's model contract (its tests/test_models.py) on small AlterNets ---------------------------------------
+# the padded ImageNet-style layout at 64 px (stage maps 16/8/4/2 against window 7), the CIFAR layout, a baseline
+CONTRACT = [('alternet_18', 64), ('alternet_18_cifar', 32), ('alternet_34_cifar', 24), ('alternet_18_nomsa', 64)]
+
+
+def _contract_model(name: str, **kwargs) -> AlterNet:
+    torch.manual_seed(0)
+    return timm.create_model(name, **dict(TINY, **kwargs))
+
+
+def _output_graph(model: nn.Module) -> nn.Module:
+    train_nodes, eval_nodes = get_graph_node_names(model)
+    return create_feature_extractor(model, [train_nodes[-1] if model.training else eval_nodes[-1]])
+
+
+@pytest.mark.parametrize('name, size', CONTRACT)
+def test_fx_forward_equals_eager(name, size):
+    model = _contract_model(name).eval()
+    x = torch.randn(1, 3, size, size)
+    with torch.inference_mode():
+        out = model(x)
+        (fx_out,) = _output_graph(model)(x).values()
+    assert torch.equal(fx_out, out)
+
+
+@pytest.mark.parametrize('name, size', CONTRACT)
+def test_fx_backward_reaches_every_parameter(name, size):
+    model = _contract_model(name, num_classes=7).train()
+    graph = _output_graph(model)
+    (out,) = graph(torch.randn(2, 3, size, size)).values()
+    assert out.shape == (2, 7)
+    out.mean().backward()
+    assert [n for n, p in graph.named_parameters() if p.grad is None] == []
+    assert len(list(graph.parameters())) == len(list(model.parameters()))
+
+
+@pytest.mark.filterwarnings('ignore:`torch.jit.script` is deprecated:FutureWarning')
+@pytest.mark.parametrize('name, size', CONTRACT)
+def test_torchscript_and_fx_torchscript(name, size):
+    with timm.set_scriptable(True):
+        model = _contract_model(name).eval()
+    x = torch.randn(1, 3, size, size)
+    scripted = torch.jit.script(model)
+    fx_scripted = torch.jit.script(_output_graph(model))
+    with torch.inference_mode():
+        out = model(x)
+        torch.testing.assert_close(scripted(x), out)
+        (fx_out,) = fx_scripted(x).values()
+        torch.testing.assert_close(fx_out, out)
+
+
 def test_pretrained_true_raises_clear_error():
     with pytest.raises(RuntimeError, match='No pretrained weights are published for alternet_50_cifar'):
         timm.create_model('alternet_50_cifar', pretrained=True)
@@ -324,6 +403,18 @@ def test_window_larger_than_the_map_without_padding():
 def test_unknown_depth():
     with pytest.raises(ValueError, match=r'Unknown AlterNet depth 42: choose one of 18, 34, 50, 101, 152\.'):
         AlterNet(depth=42)
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(head_dim=0), r'head_dim must be a positive int, got 0\.'),
+    (dict(head_dim=32.0), r'head_dim must be a positive int, got 32\.0\.'),
+    (dict(num_heads=(3, 6, 0, 24)), r'num_heads must be positive ints, one per stage, got \(3, 6, 0, 24\)\.'),
+    (dict(num_heads=8), r'num_heads must be a sequence with one entry per stage, got 8\.'),
+    (dict(num_heads=(3, 6)), r'num_heads=\(3, 6\) needs one entry per stage \(4 stages'),
+])
+def test_bad_head_configs(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        timm.create_model('alternet_50', device='meta', **kwargs)
 
 
 def test_unknown_stem_and_bad_window():

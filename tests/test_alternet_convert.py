@@ -1,13 +1,15 @@
-"""Official AlterNet state_dict -> timm-ext, from the official key/shape listings in ../shared/research/.
+"""Official AlterNet state_dict -> timm-ext, on official-layout state dicts generated here.
 
-The listings are the official code's ``dnn_50`` (MSA blocks (0, 1, 3, 2)) for CIFAR-100 (window 4) and
-ImageNet (window 7). Tensors are random; the converted model is checked against an independent functional
-forward of the official architecture written from the research note, so key mapping, q/kv split,
-head layout, and the relative-position orientation are all checked on numbers.
+The official key/shape listing of the official code's ``dnn_50`` (MSA blocks (0, 1, 3, 2), models/alternet.py
+with its pre-activation Bottleneck and AttentionBlockB) is written out below from that architecture for
+CIFAR-100 (3x3 stem, window 4) and ImageNet (7x7 stem, window 7); its parameter counts equal the official
+code's (research note: 34,062,538 and 35,915,038). Tensors are random; the converted model is checked against
+an independent functional forward of the official architecture, so key mapping, q/kv split, head layout and
+the relative-position orientation are all checked on numbers.
 """
 import functools
 import math
-from pathlib import Path
+from typing import Dict, List, Tuple
 
 import pytest
 import timm
@@ -17,35 +19,66 @@ import torch.nn.functional as F
 from timm_ext.models.alternet import checkpoint_filter_fn
 from timm_ext.models.alternet_convert import convert_official_alternet, is_official_alternet_state_dict
 
-RESEARCH = Path(__file__).resolve().parents[1] / '..' / 'shared' / 'research'
-LISTINGS = {
-    'cifar': (RESEARCH / 'alternet50_cifar100_ws4_state_dict_keys.txt', 'alternet_50_cifar',
-              dict(msa_blocks=(0, 1, 3, 2))),
-    'imagenet': (RESEARCH / 'alternet50_imagenet_state_dict_keys.txt', 'alternet_50', {}),
+# kind -> (our model name, its kwargs, official stem kernel, window, classes)
+KINDS = {
+    'cifar': ('alternet_50_cifar', dict(msa_blocks=(0, 1, 3, 2)), 3, 4, 100),
+    'imagenet': ('alternet_50', {}, 7, 7, 1000),
 }
+_BN = ('weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked')
 
 
-def _listing(kind: str) -> list[tuple[str, tuple[int, ...]]]:
-    path = LISTINGS[kind][0]
-    if not path.is_file():
-        pytest.skip(f'official key listing not found at {path} (the shared research folder is not beside the repo)')
-    rows = []
-    for line in path.read_text().splitlines():
-        key, shape = line.split('\t')
-        rows.append((key, tuple(int(s) for s in shape.strip('()').split(',') if s.strip())))
-    return rows
+def _bn_keys(prefix: str, chs: int) -> List[Tuple[str, Tuple[int, ...]]]:
+    return [(f'{prefix}.{n}', () if n == 'num_batches_tracked' else (chs,)) for n in _BN]
 
 
-def _random_official(kind: str) -> dict[str, torch.Tensor]:
+def _official_listing(kind: str) -> List[Tuple[str, Tuple[int, ...]]]:
+    """(key, shape) of the official dnn_50 state_dict, in its order (layers (3, 4, 6, 4), MSA (0, 1, 3, 2))."""
+    _, _, stem_k, ws, classes = KINDS[kind]
+    rows = [('layer0.layer0.0.weight', (64, 3, stem_k, stem_k))]
+    c_in = 64
+    for s, (n, m, heads) in enumerate(zip((3, 4, 6, 4), (0, 1, 3, 2), (3, 6, 12, 24)), start=1):
+        w, c = 64 << (s - 1), 256 << (s - 1)  # bottleneck width, block output
+        alt = [False] * (n - 2 * m) + [False, True] * m  # official _make_layer
+        for i, is_msa in enumerate(alt):
+            p = f'layer{s}.{i}'
+            if is_msa:  # AttentionBlockB: norm1, conv (C -> C/4), norm2, LocalAttention(Attention2d)
+                inner = heads * 64
+                rows += _bn_keys(f'{p}.norm1', c) + [(f'{p}.conv.weight', (w, c, 1, 1))] + _bn_keys(f'{p}.norm2', w)
+                rows += [(f'{p}.attn.pos_embedding', (2 * ws - 1, 2 * ws - 1)),
+                         (f'{p}.attn.attn.to_q.weight', (inner, w, 1, 1)),
+                         (f'{p}.attn.attn.to_kv.weight', (2 * inner, w, 1, 1)),
+                         (f'{p}.attn.attn.to_out.0.weight', (c, inner, 1, 1)),
+                         (f'{p}.attn.attn.to_out.0.bias', (c,))]
+            else:  # pre-activation Bottleneck: shortcut only where the shape changes
+                cin = c_in if i == 0 else c
+                if i == 0:
+                    rows.append((f'{p}.shortcut.0.weight', (c, cin, 1, 1)))
+                rows += _bn_keys(f'{p}.bn', cin) + [(f'{p}.conv1.weight', (w, cin, 1, 1))]
+                rows += _bn_keys(f'{p}.conv2.0', w) + [(f'{p}.conv2.2.weight', (w, w, 3, 3))]
+                rows += _bn_keys(f'{p}.conv3.0', w) + [(f'{p}.conv3.2.weight', (c, w, 1, 1))]
+        c_in = c
+    rows += _bn_keys('classifier.0.bn', c_in)
+    return rows + [('classifier.0.dense.weight', (classes, c_in)), ('classifier.0.dense.bias', (classes,))]
+
+
+@pytest.mark.parametrize('kind, params', [('cifar', 34_062_538), ('imagenet', 35_915_038)])
+def test_official_listing_has_the_official_parameter_count(kind, params):
+    rows = _official_listing(kind)
+    counted = [shape for key, shape in rows if not key.endswith(('running_mean', 'running_var', 'batches_tracked'))]
+    assert sum(math.prod(shape) for shape in counted) == params
+    assert len(rows) == len({key for key, _ in rows}) == 306
+
+
+def _random_official(kind: str) -> Dict[str, torch.Tensor]:
     """A fresh dict (tests may add or replace entries) of cached random tensors."""
     return dict(_cached_random_official(kind))
 
 
-@functools.cache
-def _cached_random_official(kind: str) -> dict[str, torch.Tensor]:
+@functools.lru_cache(maxsize=None)
+def _cached_random_official(kind: str) -> Dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     sd = {}
-    for key, shape in _listing(kind):
+    for key, shape in _official_listing(kind):
         if key.endswith('num_batches_tracked'):
             sd[key] = torch.tensor(7)
         elif key.endswith('running_var'):
@@ -120,7 +153,7 @@ def _official_forward(sd, x, imagenet: bool, ws: int):
 
 
 def _model(kind: str):
-    _, name, kwargs = LISTINGS[kind]
+    name, kwargs = KINDS[kind][:2]
     return timm.create_model(name, **kwargs).eval()
 
 

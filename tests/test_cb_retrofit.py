@@ -80,11 +80,25 @@ def test_layer_index_outside_depth_is_rejected():
         add_context_broadcast(_tiny_vit(), layers=[0, 4])
 
 
+def test_retrofit_init_value_needs_scaled():
+    with pytest.raises(ValueError, match=r'init_value=0.5 sets the initial Lambda of CB_S, but this is plain CB'):
+        add_context_broadcast(_tiny_vit(), init_value=0.5)
+
+
+def test_retrofit_keeps_frozen_parameters_frozen_and_mode():
+    model = _tiny_vit().train()
+    model.blocks[1].mlp.fc1.weight.requires_grad_(False)
+    add_context_broadcast(model, layers=[1])
+    assert not model.blocks[1].mlp.fc1.weight.requires_grad and model.blocks[1].mlp.fc2.weight.requires_grad
+    assert model.blocks[1].mlp.training
+
+
 def test_resolve_cb_layers():
     assert resolve_cb_layers('upper', 7) == (3, 4, 5, 6)
     assert resolve_cb_layers(None, 3) == (0, 1, 2)
     assert resolve_cb_layers([2, 0, 2], 3) == (0, 2)
-    with pytest.raises(ValueError, match=r'cb_layers \[True\]'):
+    assert resolve_cb_layers(range(1, 3), 3) == (1, 2)
+    with pytest.raises(ValueError, match=r'cb_layers \[True\] are not block indices'):
         resolve_cb_layers([True], 3)
 
 

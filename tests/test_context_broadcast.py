@@ -1,8 +1,10 @@
+from functools import partial
+
 import pytest
 import torch
+import torch.nn as nn
 from timm.layers import Mlp
 from timm.optim import param_groups_weight_decay
-from torch import nn
 
 from timm_ext.layers import CBMlp, ContextBroadcast
 
@@ -64,14 +66,19 @@ def test_patch_only_mean_skips_prefix_tokens_but_broadcasts_to_them():
     assert not torch.allclose(out[:, :1], x[:, :1])
 
 
-def test_nchw_uses_spatial_mean():
+def test_feature_map_formats_use_spatial_mean():
     x = torch.randn(2, 3, 4, 5)
     mean = x.flatten(2).mean(-1)[..., None, None]
-    torch.testing.assert_close(ContextBroadcast()(x), (x + mean) / 2)
-    cb_s = ContextBroadcast(3, scaled=True)
+    torch.testing.assert_close(ContextBroadcast(input_fmt='NCHW')(x), (x + mean) / 2)
+    cb_s = ContextBroadcast(3, scaled=True, input_fmt='NCHW')
     with torch.no_grad():
         cb_s.gamma.copy_(torch.tensor([1., 2., 3.]))
     torch.testing.assert_close(cb_s(x), x + torch.tensor([1., 2., 3.]).view(1, 3, 1, 1) * mean)
+    nhwc = ContextBroadcast(3, scaled=True, input_fmt='NHWC')
+    nhwc.load_state_dict(cb_s.state_dict())  # Lambda is (C,) in every layout
+    torch.testing.assert_close(nhwc(x.permute(0, 2, 3, 1)), cb_s(x).permute(0, 2, 3, 1))
+    ncl = ContextBroadcast(input_fmt='NCL')
+    torch.testing.assert_close(ncl(x.flatten(2)), ((x + mean) / 2).flatten(2))
 
 
 def test_cb_equals_uniform_attention():
@@ -81,19 +88,51 @@ def test_cb_equals_uniform_attention():
     torch.testing.assert_close(ContextBroadcast()(x), 0.5 * x + 0.5 * uniform)
 
 
-@pytest.mark.parametrize('shape', [(4, 5), (2, 3, 4, 5, 6)])
-def test_wrong_rank_is_rejected(shape):
-    with pytest.raises(ValueError, match=r'expects a \(B, N, C\) or \(B, C, H, W\) tensor, got shape'):
-        ContextBroadcast()(torch.randn(*shape))
+@pytest.mark.parametrize('fmt, shape', [('NLC', (4, 5)), ('NLC', (2, 3, 4, 5)), ('NCHW', (2, 3, 4))])
+def test_wrong_rank_is_rejected(fmt, shape):
+    """The layout is fixed at build time; another rank fails in forward with timm's _assert (AssertionError)."""
+    ndim = 3 if fmt == 'NLC' else 4
+    with pytest.raises(AssertionError, match=rf'\(input_fmt={fmt}\) expects a {ndim}-D tensor, got shape'):
+        ContextBroadcast(input_fmt=fmt)(torch.randn(*shape))
 
 
 def test_bad_arguments_are_rejected():
     with pytest.raises(ValueError, match='needs the channel count dim > 0, got dim=None'):
         ContextBroadcast(scaled=True)
-    with pytest.raises(ValueError, match='num_prefix_tokens must be >= 0, got -1'):
+    with pytest.raises(ValueError, match='num_prefix_tokens must be an int >= 0, got -1'):
         ContextBroadcast(num_prefix_tokens=-1)
-    with pytest.raises(ValueError, match='built for 4 channels, got 5'):
+    with pytest.raises(ValueError, match=r"Unknown input_fmt 'BNC'; valid: NLC, NCL, NCHW, NHWC"):
+        ContextBroadcast(input_fmt='BNC')
+    with pytest.raises(ValueError, match=r"num_prefix_tokens=1 needs \(B, N, C\) tokens \(input_fmt=\"NLC\"\), got "
+                                         r"input_fmt='NCHW'"):
+        ContextBroadcast(num_prefix_tokens=1, input_fmt='NCHW')
+    with pytest.raises(AssertionError, match='built for 4 channels, got 5'):
         ContextBroadcast(4, scaled=True)(torch.randn(1, 3, 5))
+
+
+def test_init_value_only_for_cbs():
+    with pytest.raises(ValueError, match=r'init_value=0.5 sets the initial Lambda of CB_S, but this is plain CB'):
+        ContextBroadcast(4, init_value=0.5)
+    with pytest.raises(ValueError, match=r"init_value must be a number \(the initial Lambda of CB_S\), got '0.5'"):
+        ContextBroadcast(4, scaled=True, init_value='0.5')
+    with pytest.raises(ValueError, match=r'cb_init=0.5 sets the initial Lambda of CB_S, but this is plain CB'):
+        CBMlp(4, 8, cb_init=0.5)
+    assert torch.equal(ContextBroadcast(2, scaled=True, init_value=2).gamma, torch.full((2,), 2.))
+
+
+@pytest.mark.filterwarnings('ignore:`torch.jit.script` is deprecated:FutureWarning')
+@pytest.mark.parametrize('fmt, shape', [('NLC', (2, 5, 4)), ('NCHW', (2, 4, 3, 3)), ('NHWC', (2, 3, 3, 4))])
+@pytest.mark.parametrize('scaled', [False, True])
+def test_fx_and_torchscript_match_eager(fmt, shape, scaled):
+    cb = ContextBroadcast(4, scaled=scaled, input_fmt=fmt, num_prefix_tokens=1 if fmt == 'NLC' else 0)
+    if scaled:
+        with torch.no_grad():
+            cb.gamma.copy_(torch.tensor([0.5, -1., 2., 3.]))
+    x = torch.randn(*shape)
+    torch.testing.assert_close(torch.fx.symbolic_trace(cb)(x), cb(x))
+    torch.testing.assert_close(torch.jit.script(cb)(x), cb(x))
+    with pytest.raises(Exception, match='expects a'):  # the rank check survives scripting
+        torch.jit.script(cb)(torch.randn(2, 4))
 
 
 def test_gamma_is_excluded_from_weight_decay():
@@ -112,15 +151,46 @@ def test_cbmlp_is_mlp_then_cb_and_keeps_mlp_keys():
     torch.testing.assert_close(mlp(x), mlp.cb(ref(x)))
 
 
-def test_cbmlp_from_mlp_reuses_modules():
-    mlp = Mlp(8, 16).eval()
-    wrapped = CBMlp.from_mlp(mlp, ContextBroadcast())
-    assert wrapped.fc1 is mlp.fc1 and wrapped.fc2 is mlp.fc2 and not wrapped.training
-    assert set(wrapped.state_dict()) == set(mlp.state_dict())
+def test_cbmlp_from_mlp_copies_weights_config_and_mode():
+    mlp = Mlp(8, 16, 6, act_layer=partial(nn.GELU, approximate='tanh'), norm_layer=nn.LayerNorm, bias=(True, False),
+              drop=(0.1, 0.2)).eval()
+    mlp.fc1.weight.requires_grad_(False)
+    wrapped = CBMlp.from_mlp(mlp, cb_scaled=True, cb_init=0.5)
+    assert type(wrapped) is CBMlp and not wrapped.training
+    assert wrapped.act.approximate == 'tanh' and isinstance(wrapped.norm, nn.LayerNorm) and wrapped.fc2.bias is None
+    assert (wrapped.drop1.p, wrapped.drop2.p) == (0.1, 0.2)
+    assert not wrapped.fc1.weight.requires_grad and wrapped.fc2.weight.requires_grad
+    assert set(wrapped.state_dict()) == set(mlp.state_dict()) | {'cb.gamma'}
+    for k, v in mlp.state_dict().items():
+        assert torch.equal(wrapped.state_dict()[k], v), k
     x = torch.randn(2, 5, 8)
-    torch.testing.assert_close(wrapped(x), _hand_cb(mlp(x)))
+    y = mlp(x)
+    torch.testing.assert_close(wrapped(x), y + 0.5 * y.mean(1, keepdim=True))
     with pytest.raises(ValueError, match='needs a timm Mlp, got Linear'):
-        CBMlp.from_mlp(nn.Linear(2, 2), ContextBroadcast())
+        CBMlp.from_mlp(nn.Linear(2, 2))
+
+
+def test_cbmlp_from_mlp_constructs_through_init(monkeypatch):
+    """A plain attribute timm's Mlp.__init__ sets (today or in a later release) exists on the new module."""
+    orig = Mlp.__init__
+
+    def init_with_attr(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        self.added_by_init = True
+
+    monkeypatch.setattr(Mlp, '__init__', init_with_attr)
+    mlp = Mlp(4, 8)
+    assert CBMlp.from_mlp(mlp).added_by_init
+
+
+def test_cbmlp_from_mlp_replaces_the_cb_of_a_cbmlp_and_handles_conv_mlps():
+    cb_mlp = CBMlp(4, 8, cb_scaled=True, cb_init=3.)
+    plain = CBMlp.from_mlp(cb_mlp)
+    assert plain.cb.gamma is None and torch.equal(plain.fc1.weight, cb_mlp.fc1.weight)
+    conv = CBMlp.from_mlp(Mlp(4, 8, use_conv=True))
+    x = torch.randn(2, 4, 3, 3)
+    y = nn.Sequential(conv.fc1, conv.act, conv.fc2)(x)
+    torch.testing.assert_close(conv(x), (y + y.mean((2, 3), keepdim=True)) / 2)
 
 
 def test_gradient_flows_through_cb():

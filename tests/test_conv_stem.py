@@ -5,9 +5,9 @@ paper's kernels/strides, independently of the library's variant table.
 """
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import PatchEmbed
-from torch import nn
 
 from timm_ext.layers import STEM_VARIANTS, ConvStemPatchEmbed, resolve_stem
 
@@ -170,17 +170,50 @@ def test_baseline_is_timms_patch_embed():
 
 
 def test_patchembed_interface():
+    """What a timm ViT reads from its embed_layer (timm's PatchEmbed / HybridEmbed interface)."""
     stem = ConvStemPatchEmbed(img_size=(48, 64), patch_size=16, embed_dim=EMBED)
-    assert isinstance(stem, PatchEmbed)
+    assert stem.img_size == (48, 64) and stem.patch_size == (16, 16)
     assert stem.grid_size == (3, 4) and stem.num_patches == 12 and stem.feat_ratio() == 16
+    assert stem.feat_ratio(as_scalar=False) == (16, 16)
+    assert stem.flatten and stem.output_fmt == 'NCHW' and stem.strict_img_size and not stem.dynamic_img_pad
     assert stem.dynamic_feat_size((80, 96)) == (5, 6)
     stem.set_input_size(img_size=(32, 80))
     assert stem.grid_size == (2, 5) and stem.num_patches == 10
+    stem.set_input_size(patch_size=16)  # timm's ViT passes its own patch size along: a no-op
+    assert stem.patch_size == (16, 16) and stem.img_size == (32, 80)
     assert stem(torch.randn(1, 3, 32, 80)).shape == (1, 10, EMBED)
     nhwc = ConvStemPatchEmbed(img_size=32, embed_dim=EMBED, output_fmt='NHWC', strict_img_size=False)
-    assert nhwc(torch.randn(1, 3, 48, 32)).shape == (1, 3, 2, EMBED)
+    assert not nhwc.flatten and nhwc(torch.randn(1, 3, 48, 32)).shape == (1, 3, 2, EMBED)
+    nchw = ConvStemPatchEmbed(img_size=32, embed_dim=EMBED, flatten=False)
+    assert nchw(torch.randn(1, 3, 32, 32)).shape == (1, EMBED, 2, 2)
     normed = ConvStemPatchEmbed(img_size=32, embed_dim=EMBED, norm_layer=nn.LayerNorm)
     assert list(dict(normed.named_children())) == ['conv', 'proj', 'proj_norm', 'proj_act', 'norm']
+    assert isinstance(normed.norm, nn.LayerNorm) and normed.norm.normalized_shape == (EMBED,)
+
+
+def test_state_dict_keys_unchanged():
+    """The layout of the released stem (VOLO's module indices), so existing checkpoints keep loading."""
+    stem = ConvStemPatchEmbed(img_size=32, embed_dim=EMBED)
+    bn = ['weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked']
+    assert list(stem.state_dict()) == (
+        ['conv.0.weight'] + [f'conv.1.{k}' for k in bn] + ['conv.3.weight'] + [f'conv.4.{k}' for k in bn]
+        + ['conv.6.weight'] + [f'conv.7.{k}' for k in bn] + ['proj.weight', 'proj.bias'])
+    bn_proj = ConvStemPatchEmbed(img_size=32, embed_dim=EMBED, stem='1proj_1bn_1relu')
+    assert list(bn_proj.state_dict()) == ['proj.weight', 'proj.bias'] + [f'proj_norm.{k}' for k in bn]
+
+
+@pytest.mark.filterwarnings('ignore:`torch.jit.script` is deprecated:FutureWarning')
+@pytest.mark.parametrize('name, kwargs', [
+    ('conv', dict(img_size=32)),
+    ('1proj_1bn_1relu', dict(img_size=32)),
+    ('conv', dict(img_size=None, dynamic_img_pad=True)),
+    ('conv', dict(img_size=32, output_fmt='NHWC', strict_img_size=False)),
+])
+def test_fx_and_torchscript_match_eager(name, kwargs):
+    stem = ConvStemPatchEmbed(embed_dim=EMBED, stem=name, **kwargs).eval()
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(torch.fx.symbolic_trace(stem)(x), stem(x))
+    torch.testing.assert_close(torch.jit.script(stem)(x), stem(x))
 
 
 def test_first_conv_is_conv0_for_every_conv_variant():
@@ -220,13 +253,19 @@ def test_img_size_not_divisible_by_total_stride():
 
 
 def test_input_size_errors():
+    """Checked in forward with timm's _assert (AssertionError), as timm's PatchEmbed does; traceable."""
     strict = ConvStemPatchEmbed(img_size=64, embed_dim=EMBED)
-    with pytest.raises(ValueError, match=r'Input size \(32, 64\) does not match the model img_size \(64, 64\)'):
+    with pytest.raises(AssertionError, match=r'Input height 32 does not match the model img_size \(64, 64\)'):
         strict(torch.randn(1, 3, 32, 64))
+    with pytest.raises(AssertionError, match=r'Input width .* does not match the model img_size \(64, 64\)'):
+        torch.fx.symbolic_trace(strict)(torch.randn(1, 3, 64, 48))  # the check survives tracing
     dynamic = ConvStemPatchEmbed(img_size=64, embed_dim=EMBED, strict_img_size=False)
-    with pytest.raises(ValueError, match=r'Input size \(70, 64\) is not divisible by the stem total stride 16; .*'
-                                         r'dynamic_img_pad=True'):
+    with pytest.raises(AssertionError, match=r'Input height 70 is not divisible by the stem total stride 16; .*'
+                                             r'dynamic_img_pad=True'):
         dynamic(torch.randn(1, 3, 70, 64))
+    free = ConvStemPatchEmbed(img_size=None, embed_dim=EMBED)
+    with pytest.raises(AssertionError, match=r'Input width 40 is not divisible by the stem total stride 16'):
+        free(torch.randn(1, 3, 64, 40))
 
 
 def test_bad_patch_sizes():

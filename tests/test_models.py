@@ -1,11 +1,167 @@
-"""timm behaviours every Context Broadcasting model must show, parametrised over the registry."""
+"""timm behaviours every timm-ext model must show, parametrised over the registry.
+
+The first part is timm's own model contract (its tests/test_models.py): every model traces with
+``torch.fx`` through timm's FX feature extraction (forward and backward), compiles with TorchScript,
+and both together. The timm bases of our families (``vit_small_patch16_224``, ``pit_b_224``,
+``mixer_s16_224``, ``volo_d1_224``, ``resnetv2_50``) pass all four. Inputs are small so the suite
+runs on 2 CPU cores; the largest models are marked slow.
+"""
 import copy
+import fnmatch
+import functools
+import warnings
+from typing import Dict, Tuple
 
 import pytest
 import timm
 import torch
+from timm.models import model_entrypoint
+from timm.models._features_fx import get_notrace_functions, get_notrace_modules
+from timm.utils import AttentionExtract
+from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
 import timm_ext  # noqa: F401
+
+TIMM_EXT_MODELS = sorted(n for n in timm.list_models() if model_entrypoint(n).__module__.startswith('timm_ext.'))
+# image side per family: the smallest input each family's real config accepts, as timm's tests shrink inputs
+_IMG_SIZE = {'vision_transformer_cb': 32, 'vision_transformer_convstem': 32, 'mlp_mixer_cb': 32, 'pit_cb': 56,
+             'volo_convstem': 64}
+_SLOW = ('vit_base_*', 'alternet_101*', 'alternet_152*', 'volo_d1_convstem')  # the largest; > 5 s each on 2 cores
+SCRIPT_WARNING = 'ignore:`torch.jit.script` is deprecated:FutureWarning'
+
+
+def _params(names):
+    """Model names as pytest params, the largest ones marked slow."""
+    return [pytest.param(n, marks=pytest.mark.slow) if any(fnmatch.fnmatch(n, p) for p in _SLOW) else n
+            for n in names]
+
+
+def _create_small(name: str, **kwargs) -> Tuple[torch.nn.Module, Tuple[int, int, int]]:
+    """The registered model at a small input size, and that input size."""
+    family = model_entrypoint(name).__module__.rsplit('.', 1)[-1]
+    if family in _IMG_SIZE:
+        kwargs['img_size'] = size = _IMG_SIZE[family]
+    else:  # AlterNet takes any size: its CIFAR configs' 32, else 64
+        size = min(timm.get_pretrained_cfg(name).input_size[-1], 64)
+    return timm.create_model(name, **kwargs), (3, size, size)
+
+
+class _Contract:
+    """One registered model (scriptable, eval mode) and, built once on first use, its FX graph: the output node
+    through timm's FX feature extraction (timm's leaf modules and autowrapped functions), in train and eval mode."""
+
+    def __init__(self, name: str) -> None:
+        torch.manual_seed(0)
+        with timm.set_scriptable(True):
+            model, self.size = _create_small(name)
+        self.model = model.eval()
+
+    @functools.cached_property
+    def graph(self) -> torch.nn.Module:
+        tracer_kwargs = dict(leaf_modules=get_notrace_modules(), autowrap_functions=get_notrace_functions())
+        with warnings.catch_warnings():  # torchvision warns that the modes differ: their nodes are given apart
+            warnings.filterwarnings('ignore', 'The nodes obtained by tracing the model in train mode', UserWarning)
+            train_nodes, eval_nodes = get_graph_node_names(self.model, tracer_kwargs=tracer_kwargs)
+            graph = create_feature_extractor(
+                self.model, train_return_nodes=train_nodes[-1:], eval_return_nodes=eval_nodes[-1:],
+                tracer_kwargs=tracer_kwargs)
+        return graph.eval()
+
+
+@pytest.fixture(scope='module', params=_params(TIMM_EXT_MODELS))
+def contract(request) -> _Contract:
+    """Shared by the four contract tests of one model (pytest runs them together, one model in memory at a time)."""
+    return _Contract(request.param)
+
+
+def _only(outputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    assert len(outputs) == 1
+    return next(iter(outputs.values()))
+
+
+def test_every_family_has_a_small_input():
+    families = {model_entrypoint(n).__module__.rsplit('.', 1)[-1] for n in TIMM_EXT_MODELS}
+    assert families == set(_IMG_SIZE) | {'alternet'} and len(TIMM_EXT_MODELS) == 35
+
+
+def test_model_forward_fx(contract):
+    x = torch.randn(1, *contract.size)
+    with torch.inference_mode():
+        out = contract.model(x)
+        fx_out = _only(contract.graph(x))
+    assert torch.equal(fx_out, out) and torch.isfinite(out).all()
+
+
+def test_model_backward_fx(contract):
+    graph = copy.deepcopy(contract.graph).train()
+    out = _only(graph(torch.randn(2, *contract.size)))
+    assert out.shape == (2, contract.model.num_classes) and torch.isfinite(out).all()
+    out.mean().backward()
+    params = dict(graph.named_parameters())
+    assert len(params) == len(list(contract.model.parameters()))
+    assert [n for n, p in params.items() if p.grad is None] == []
+
+
+@pytest.mark.filterwarnings(SCRIPT_WARNING)
+def test_model_forward_torchscript(contract):
+    x = torch.randn(1, *contract.size)
+    scripted = torch.jit.script(contract.model)
+    with torch.inference_mode():
+        torch.testing.assert_close(scripted(x), contract.model(x))
+
+
+@pytest.mark.filterwarnings(SCRIPT_WARNING)
+def test_model_forward_fx_torchscript(contract):
+    x = torch.randn(1, *contract.size)
+    scripted = torch.jit.script(contract.graph)
+    with torch.inference_mode():
+        torch.testing.assert_close(_only(scripted(x)), contract.model(x))
+
+
+@pytest.mark.parametrize('name', TIMM_EXT_MODELS)
+def test_no_weight_decay(name):
+    """Every model names the parameters to keep out of weight decay; CB_S's Lambda is among them."""
+    model, _ = _create_small(name, device='meta')
+    names = model.no_weight_decay()
+    assert isinstance(names, set)
+    assert {n for n, _ in model.named_parameters() if n.endswith('.cb.gamma')} <= names
+    if 'cbs' in name:
+        assert any(n.endswith('.cb.gamma') for n in names)
+
+
+def test_no_weight_decay_of_cbs_mixer_and_pit():
+    for name in ('mixer_s16_cb', 'pit_b_cb'):
+        model = timm.create_model(name, cb_scaled=True, cb_layers=[1], device='meta')
+        expected = {n for n, _ in model.named_parameters() if n.endswith('cb.gamma')}
+        assert len(expected) == 1 and expected <= model.no_weight_decay()
+
+
+def _attention_by_hand(attn: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) of timm's Attention from its qkv weights: the maps AttentionExtract must return."""
+    B, N, C = x.shape
+    qkv = torch.nn.functional.linear(x, attn.qkv.weight, attn.qkv.bias).view(B, N, 3, attn.num_heads, -1)
+    q, k, _ = qkv.permute(2, 0, 3, 1, 4)
+    return ((q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5).softmax(-1)
+
+
+@pytest.mark.parametrize('name', ['vit_tiny_cb', 'vit_tiny_cbs', 'vit_tiny_cb_all', 'vit_tiny_convstem'])
+def test_attention_extract_default_mode(name):
+    """timm.utils.AttentionExtract in its default mode (FX, '*attn.softmax') returns every block's map."""
+    model, size = _create_small(name, depth=3)
+    for blk in model.blocks:
+        blk.attn.fused_attn = False  # timm's route to an explicit softmax for AttentionExtract (base ViTs alike)
+    x = torch.randn(2, *size)
+    inputs = []
+    hooks = [blk.attn.register_forward_pre_hook(lambda _, args: inputs.append(args[0])) for blk in model.blocks]
+    with torch.no_grad():
+        model.eval()(x)
+        maps = AttentionExtract(model)(x)
+    for h in hooks:
+        h.remove()
+    assert list(maps) == [f'blocks.{i}.attn.softmax' for i in range(3)]
+    for i, blk in enumerate(model.blocks):
+        torch.testing.assert_close(maps[f'blocks.{i}.attn.softmax'], _attention_by_hand(blk.attn, inputs[i]))
+
 
 CB_MODELS = timm.list_models(module=['vision_transformer_cb', 'pit_cb', 'mlp_mixer_cb'])
 # one model per class and CB variant for the heavier checks

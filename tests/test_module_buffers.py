@@ -23,9 +23,32 @@ def test_restores_running_stats_and_num_batches_tracked():
 
 
 def test_restore_without_capture_and_module_without_buffers_are_no_ops():
+    model = nn.BatchNorm1d(3)
     snap = BufferSnapshot()
+
+    def stats():
+        return [b.clone() for b in model.buffers()]
+
+    model(torch.randn(4, 3))
+    first = stats()
+    snap.restore()  # never captured: must not write anything (e.g. empty or stale copies)
+    assert all(torch.equal(a, b) for a, b in zip(stats(), first))
+
+    snap.capture(model)
+    model(torch.randn(4, 3) * 3)
     snap.restore()
-    snap.capture(None)
+    assert all(torch.equal(a, b) for a, b in zip(stats(), first))
+    model(torch.randn(4, 3) + 5)
+    third = stats()
+    snap.restore()  # the capture was used up by the previous restore: this one must not go back to `first`
+    assert all(torch.equal(a, b) for a, b in zip(stats(), third)) and model.num_batches_tracked.item() == 2
+
+    snap.capture(None)  # no module (SAM without a model) and a module without buffers: nothing to keep
+    model(torch.randn(4, 3))
     snap.restore()
-    snap.capture(nn.Linear(2, 2))
+    assert model.num_batches_tracked.item() == 3
+    linear = nn.Linear(2, 2)
+    weight = linear.weight.detach().clone()
+    snap.capture(linear)
     snap.restore()
+    assert snap._copies == [] and torch.equal(linear.weight, weight)

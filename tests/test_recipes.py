@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import timm
+import torch
 import yaml
 
 from timm_ext.optim import SAM_BASES
@@ -28,13 +29,28 @@ _TRAIN_PY_TOO_NEW = 'TIMM_EXT_TIMM_TRAIN' not in os.environ and _TIMM_VERSION < 
 
 # Runs inside train.py: wraps SAM.step on the first call and compares the update with a reference
 # built from deep copies of the model and of the base optimizer (fresh gradients at w and at w + e).
+# The task's forward is wrapped to note the CPU generator's state at each call: the reference's
+# second pass reuses it (the same dropout / drop-path masks, as the paper's JAX code), and a second
+# reference that draws new masks shows that the masks matter for this update.
 PROBE = '''
 import copy, json, os
 import torch
+from timm.task import ClassificationTask
 from timm_ext.optim import SAM
 
 _step = SAM.step
+_forward = ClassificationTask.forward
 _done = []
+_rng_at_call = []
+
+
+def _forward_noting_rng(self, *args, **kwargs):
+    if torch.is_grad_enabled():
+        _rng_at_call.append(torch.get_rng_state())
+    return _forward(self, *args, **kwargs)
+
+
+ClassificationTask.forward = _forward_noting_rng
 
 
 def _flat(ts):
@@ -49,6 +65,24 @@ def _expected(model, base, params, grads):
     return _flat(ps)
 
 
+def _second_pass(self, task, model, params, g1, calls, same_masks):
+    norm = _flat(g1).norm()
+    m_e, ps_e = copy.deepcopy((model, params))
+    with torch.no_grad():
+        for p, g, group in zip(ps_e, g1, [g for g in self.param_groups for _ in g['params']]):
+            p.add_(group['rho'] * g / norm)
+    with torch.random.fork_rng(devices=[]):
+        for call, state in zip(calls, _rng_at_call[-len(calls):]):
+            if same_masks:
+                torch.set_rng_state(state)
+            input, target = call.args
+            task.criterion(m_e(input), target).backward()
+    g2 = [p.grad for p in ps_e]
+    if self.clip_grad is not None:  # SAM clips the gradient it applies (global norm)
+        g2 = [g * min(1.0, self.clip_grad / (_flat(g2).norm().item() + 1e-6)) for g in g2]
+    return g2
+
+
 def step(self, closure=None, grad_scaler=None, no_sync=None):
     if _done or closure is not None:
         return _step(self, closure, grad_scaler, no_sync)
@@ -58,18 +92,8 @@ def step(self, closure=None, grad_scaler=None, no_sync=None):
     params = [p for g in self.param_groups for p in g['params']]
     w0, g1 = _flat(params), [p.grad.clone() for p in params]
     nbt = [b.item() for n, b in model.named_buffers() if n.endswith('num_batches_tracked')]
-    norm = _flat(g1).norm()
-    m_e, ps_e = copy.deepcopy((model, params))
-    with torch.no_grad():
-        for p, g, group in zip(ps_e, g1, [g for g in self.param_groups for _ in g['params']]):
-            p.add_(group['rho'] * g / norm)
-    for call in calls:
-        input, target = call.args
-        task.criterion(m_e(input), target).backward()
-    g2 = [p.grad for p in ps_e]
-    if self.clip_grad is not None:  # SAM clips the gradient it applies (global norm)
-        g2 = [g * min(1.0, self.clip_grad / (_flat(g2).norm().item() + 1e-6)) for g in g2]
-    sam_ref = _expected(model, self.base_optimizer, params, g2)
+    sam_ref = _expected(model, self.base_optimizer, params, _second_pass(self, task, model, params, g1, calls, True))
+    fresh_ref = _expected(model, self.base_optimizer, params, _second_pass(self, task, model, params, g1, calls, False))
     base_ref = _expected(model, self.base_optimizer, params, g1)
     out = _step(self)
     w1 = _flat(params)
@@ -77,8 +101,10 @@ def step(self, closure=None, grad_scaler=None, no_sync=None):
     result = dict(
         calls=len(calls), update=update,
         sam_err=(w1 - sam_ref).norm().item() / update,
+        fresh_masks_err=(w1 - fresh_ref).norm().item() / update,
         base_err=(w1 - base_ref).norm().item() / update,
         nbt_kept=nbt == [b.item() for n, b in model.named_buffers() if n.endswith('num_batches_tracked')],
+        model_known=self.model is model,
     )
     with open(os.environ['SAM_PROBE_OUT'], 'w') as f:
         json.dump(result, f)
@@ -111,7 +137,7 @@ def _run_train(tmp_path: Path, recipe: dict, *args: str) -> subprocess.Completed
                OMP_NUM_THREADS='2')
     cmd = [sys.executable, str(TRAIN_PY), '-c', str(recipe_path), '--data-dir', str(tmp_path / 'data'),
            '--model', 'test_resnet', '--num-classes', '2', '--img-size', '32', '--batch-size', '4',
-           '--device', 'cpu', '--workers', '1', '--warmup-epochs', '0', '--lr', '0.05', '--log-interval', '1',
+           '--device', 'cpu', '--workers', '1', '--warmup-epochs', '0', '--log-interval', '1',
            '--output', str(tmp_path / 'out'), '--checkpoint-hist', '1', *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
@@ -125,6 +151,22 @@ def test_example_recipe_names_a_registered_sam():
     assert recipe.get('clip_grad') is None and recipe['opt_kwargs']['clip_grad'] == 1.0
 
 
+def test_example_recipe_has_the_papers_dropout_and_a_batch_independent_lr():
+    """Chen et al. 2022 (ViT-SAM): dropout 0.1 in the blocks, lr 3e-3 at batch 4096 (Table 12)."""
+    recipe = yaml.safe_load(EXAMPLE.read_text())
+    assert recipe.get('drop', 0.0) == 0.0  # timm's --drop is the ViT head's dropout only
+    model = timm.create_model(recipe['model'], **recipe['model_kwargs'])
+    drop = {name: m.p for name, m in model.named_modules() if isinstance(m, torch.nn.Dropout)}
+    assert drop['pos_drop'] == 0.1 and drop['head_drop'] == 0.0
+    for idx in range(len(model.blocks)):
+        block = f'blocks.{idx}'
+        assert drop[f'{block}.attn.proj_drop'] == drop[f'{block}.mlp.drop1'] == drop[f'{block}.mlp.drop2'] == 0.1
+        assert drop[f'{block}.attn.attn_drop'] == 0.0
+    # no fixed lr: train.py derives it from lr_base; `linear` is explicit (sqrt is its pick for '*ada*' names)
+    assert 'lr' not in recipe
+    assert (recipe['lr_base'], recipe['lr_base_size'], recipe['lr_base_scale']) == (3e-3, 4096, 'linear')
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not TRAIN_PY.is_file(), reason=f'timm train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')
 @pytest.mark.skipif(_TRAIN_PY_TOO_NEW, reason=f'the default train.py is timm v1.0.28\'s and needs timm >= 1.0.28 '
@@ -133,30 +175,36 @@ def test_sam_runs_in_real_train_py_and_resumes(tmp_path):
     _make_image_folder(tmp_path / 'data')
     (tmp_path / 'sam_probe.py').write_text(PROBE)
     recipe = yaml.safe_load(EXAMPLE.read_text())
-    recipe['drop'] = 0.0
+    recipe['model_kwargs'] = {}  # the ViT's dropout settings; the test model is a tiny ResNet (BatchNorm)
     recipe['opt_kwargs']['rho'] = 0.5
 
-    # two epochs; the probe (loaded after timm_ext) checks the first SAM update
+    # two epochs with head dropout and drop-path (random masks in both passes); the probe (loaded after
+    # timm_ext) checks the first SAM update
     probed = dict(recipe, device_modules=['timm_ext', 'sam_probe'])
-    proc = _run_train(tmp_path, probed, '--epochs', '2', '--experiment', 'run')
+    proc = _run_train(tmp_path, probed, '--epochs', '2', '--experiment', 'run', '--lr', '0.05',
+                      '--drop', '0.2', '--drop-path', '0.1')
     log = proc.stdout + proc.stderr
     assert 'Created SAM (samadamw) optimizer' in log
     probe = json.loads((tmp_path / 'probe.json').read_text())
-    assert probe['calls'] == 1 and probe['nbt_kept']
+    assert probe['calls'] == 1 and probe['nbt_kept'] and probe['model_known']
     # AdamW's first update is ~lr * sign(g): float-level differences in near-zero gradients flip a few
     # elements, hence a relative error of ~1e-3 for the SAM reference against ~1 for plain AdamW
-    assert probe['sam_err'] < 1e-2, probe  # the update is the two-pass SAM update ...
-    assert probe['base_err'] > 0.3 and probe['base_err'] > 50 * probe['sam_err'], probe  # ... not plain AdamW
+    assert probe['sam_err'] < 1e-2, probe  # the update is the two-pass SAM update with the same masks ...
+    assert probe['fresh_masks_err'] > 10 * probe['sam_err'], probe  # ... not with new ones ...
+    assert probe['base_err'] > 0.3 and probe['base_err'] > 50 * probe['sam_err'], probe  # ... nor plain AdamW
     run_dir = tmp_path / 'out' / 'run'
     assert (run_dir / 'last.pth.tar').is_file()
 
     # resume from the saved checkpoint with the recipe alone (device_modules: [timm_ext]) for one more
-    # epoch, this time with bf16 autocast, gradient accumulation over 2 batches and EMA
+    # epoch, this time with bf16 autocast, gradient accumulation over 2 batches, EMA, and the recipe's lr
     proc = _run_train(tmp_path, recipe, '--epochs', '3', '--experiment', 'resumed',
                       '--resume', str(run_dir / 'last.pth.tar'), '--amp', '--amp-dtype', 'bfloat16',
                       '--grad-accum-steps', '2', '--model-ema')
     log = proc.stdout + proc.stderr
     assert 'Created SAM (samadamw) optimizer' in log and 'Restoring optimizer state from checkpoint' in log
+    # lr_base 3e-3 at batch 4096, linear: global batch 4 x 1 process x 2 accumulation steps = 8
+    assert ('Learning rate (5.859375e-06) calculated from base learning rate (0.003) and effective global '
+            'batch size (8) with linear scaling') in log
     with open(tmp_path / 'out' / 'resumed' / 'summary.csv') as f:
         epochs = [int(row['epoch']) for row in csv.DictReader(f)]
     assert epochs == [2]

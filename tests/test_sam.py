@@ -1,17 +1,33 @@
 """SAM optimizer: semantics against an independent two-pass reference, the three ways to drive it,
-AMP, clipping, accumulation, state_dict/resume, schedulers/EMA, bad input."""
+random masks, AMP (both GradScaler contracts), clipping, accumulation, state_dict/resume, torch
+optimizer machinery (hooks, copy, pickle), schedulers/EMA, bad input."""
 import copy
+import gc
+import logging
 import math
+import pickle
+import weakref
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.models.vision_transformer import VisionTransformer
 from timm.scheduler import CosineLRScheduler
 from timm.task import ClassificationTask
-from timm.utils import ModelEmaV3, NativeScaler
+from timm.utils import ModelEmaV3, NativeScaler, adaptive_clip_grad
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from timm_ext.optim import SAM
+from timm_ext.optim._compat import autocast_state
+from timm_ext.optim.task_capture import RecorderState
+
+# most tests drive SAM without model= on models without buffers; the warning has its own test
+pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
+# train.py's fp16 path with SAM.step declaring grad_scaler: torch's (deprecated) argument contract
+_SCALER_ARGUMENT_WARNING = 'ignore:GradScaler is going to stop passing itself:FutureWarning'
+# a GradScaler that runs on CPU (torch.amp.GradScaler('cpu')) arrived in torch 2.3
+_needs_cpu_grad_scaler = pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
 
 
 def _mlp(bn: bool = False) -> nn.Module:
@@ -206,6 +222,269 @@ def test_gradient_accumulation_is_sam_over_the_whole_window():
         torch.testing.assert_close(p, q)
 
 
+# ---- the same random masks in both passes -------------------------------------------------------------
+
+def _dropout_vit(device='cpu'):
+    torch.manual_seed(0)
+    return VisionTransformer(
+        img_size=8, patch_size=4, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2., num_classes=3,
+        drop_rate=0.1, pos_drop_rate=0.1, proj_drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.2).to(device)
+
+
+def _image_batches(device='cpu', n=3):
+    g = torch.Generator().manual_seed(2)
+    return [(torch.randn(4, 3, 8, 8, generator=g).to(device), torch.randint(0, 3, (4,), generator=g).to(device))
+            for _ in range(n)]
+
+
+def _rng_states(device):
+    return torch.get_rng_state(), (torch.cuda.get_rng_state(device) if device.type == 'cuda' else None)
+
+
+def _set_rng_states(device, states):
+    torch.set_rng_state(states[0])
+    if device.type == 'cuda':
+        torch.cuda.set_rng_state(states[1], device)
+
+
+def _reference_sam_masks(model, batches, rho, lr, same_masks):
+    """Independent two-pass SAM (SGD) on a train-mode model; with ``same_masks`` the second pass starts from
+    the generators' state of the first (the JAX code's one key per step) and leaves them as the first left
+    them, otherwise it simply draws the next masks."""
+    model = copy.deepcopy(model)
+    device = next(model.parameters()).device
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    torch.manual_seed(123)
+    if device.type == 'cuda':
+        torch.cuda.manual_seed(123)
+    for x, y in batches:
+        before = _rng_states(device)
+        params = list(model.parameters())
+        g = _flat(torch.autograd.grad(F.cross_entropy(model(x), y), params))
+        after = _rng_states(device)
+        perturbed = _mlp_copy_at(model, _flat(params).detach() + rho * g / g.norm())
+        if same_masks:
+            _set_rng_states(device, before)
+        grads2 = torch.autograd.grad(F.cross_entropy(perturbed(x), y), list(perturbed.parameters()))
+        if same_masks:
+            _set_rng_states(device, after)
+        for p, g2 in zip(params, grads2):
+            p.grad = g2.clone()
+        opt.step()
+        opt.zero_grad()
+    return _flat(model.parameters()).detach()
+
+
+def _sam_masks_run(model, batches, rho, lr, mode):
+    model = copy.deepcopy(model)
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=lr), rho=rho, model=model)
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    torch.manual_seed(123)
+    if next(model.parameters()).device.type == 'cuda':
+        torch.cuda.manual_seed(123)
+    for x, y in batches:
+        if mode == 'task':
+            task(x, y)['loss'].backward()
+            opt.step()
+        else:
+            opt.step(_closure(model, opt, x, y))
+        opt.zero_grad()
+    return _flat(model.parameters()).detach()
+
+
+_DEVICES = ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA'))]
+
+
+@pytest.mark.parametrize('device', _DEVICES)
+@pytest.mark.parametrize('mode', ['task', 'closure'])
+def test_both_passes_draw_the_same_dropout_and_drop_path_masks(mode, device):
+    device = torch.device(device)
+    model, batches = _dropout_vit(device), _image_batches(device)
+    ours = _sam_masks_run(model, batches, rho=0.3, lr=0.1, mode=mode)
+    same = _reference_sam_masks(model, batches, rho=0.3, lr=0.1, same_masks=True)
+    fresh = _reference_sam_masks(model, batches, rho=0.3, lr=0.1, same_masks=False)
+    torch.testing.assert_close(ours, same)
+    assert (ours - fresh).abs().max() > 1e-3  # new masks in the second pass would be a different update
+
+
+def test_random_state_after_a_step_is_as_without_the_second_pass():
+    """The replay consumes no randomness: what the run draws next does not depend on SAM's second pass."""
+    model, (x, y) = _dropout_vit(), _image_batches(n=1)[0]
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.3, model=model)
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    task(x, y)['loss'].backward()
+    after_first_pass = torch.get_rng_state()
+    opt.step()
+    assert torch.equal(torch.get_rng_state(), after_first_pass)
+
+
+# ---- nothing held across steps -------------------------------------------------------------------------
+
+def _run_and_watch_batches(step_fn, steps=5):
+    refs = []
+    for i in range(steps):
+        x, y = _batch(seed=10 + i)
+        refs.append(weakref.ref(x))
+        step_fn(x, y)
+    del x, y
+    return [r() is not None for r in refs]
+
+
+def test_explicit_steps_in_a_task_loop_hold_no_batch():
+    model = _mlp()
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+
+    def step(x, y):
+        task(x, y)['loss'].backward()
+        opt.first_step()
+        task(x, y)['loss'].backward()
+        opt.second_step()
+        opt.zero_grad()
+
+    assert _run_and_watch_batches(step) == [False] * 5
+    assert opt.recorder.state is RecorderState.CLOSED and opt.recorder.calls == []
+
+
+def test_stale_sam_superseded_by_a_newer_one_holds_no_batch():
+    model = _mlp()
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    stale = SAM(torch.optim.SGD(model.parameters(), lr=0.1))  # created, still referenced, never stepped
+    live = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+
+    def step(x, y):
+        task(x, y)['loss'].backward()
+        live.step()
+        live.zero_grad()
+
+    assert _run_and_watch_batches(step) == [False] * 5
+    assert stale.recorder.state is RecorderState.CLOSED and live.recorder.state is RecorderState.BOUND
+
+
+def test_stale_sam_beside_a_plain_optimizer_holds_one_window_at_most():
+    model = _mlp()
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    stale = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    plain = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        task(x, y)['loss'].backward()
+        plain.step()
+        plain.zero_grad()
+
+    assert _run_and_watch_batches(step)[:-1] == [False] * 4  # only the latest window can still be referenced
+    assert len(stale.recorder.calls) == 1
+
+
+def test_collected_sam_leaves_no_hook_on_the_task():
+    model = _mlp()
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    task(*_batch())['loss'].backward()
+    assert len(task._forward_pre_hooks) + len(task._forward_hooks) == 1
+    ref = weakref.ref(opt)
+    del opt
+    gc.collect()
+    assert ref() is None and len(task._forward_pre_hooks) + len(task._forward_hooks) == 0
+
+
+# ---- a real torch optimizer: hooks, copy, pickle -------------------------------------------------------
+
+def test_step_hooks_fire_around_every_route():
+    model = _mlp()
+    x, y = _batch()
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    events = []
+    opt.register_step_pre_hook(lambda o, args, kwargs: events.append(('pre', o)))
+    opt.register_step_post_hook(lambda o, args, kwargs: events.append(('post', o)))
+    handle = register_optimizer_step_post_hook(
+        lambda o, args, kwargs: events.append(('global', o)) if o is opt else None)
+    try:
+        opt.step(_closure(model, opt, x, y))
+        task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+        opt2 = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+        opt2.register_step_post_hook(lambda o, args, kwargs: events.append(('post', o)))
+        task(x, y)['loss'].backward()
+        opt2.step()
+    finally:
+        handle.remove()
+    assert events == [('pre', opt), ('post', opt), ('global', opt), ('post', opt2)]
+
+
+@pytest.mark.skipif(not hasattr(torch.optim.Optimizer, 'register_state_dict_post_hook'),
+                    reason='optimizer state-dict hooks need a newer torch')
+def test_state_dict_hooks():
+    model = _mlp()
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.2)
+    seen = []
+    opt.register_state_dict_pre_hook(lambda o: seen.append('save'))
+    opt.register_state_dict_post_hook(lambda o, sd: dict(sd, note='hooked'))
+    sd = opt.state_dict()
+    assert seen == ['save'] and sd['note'] == 'hooked' and sd['sam'] == {'clip_grad': None, 'clip_mode': 'norm'}
+
+    def raise_clip(o, sd):
+        sd = copy.deepcopy(sd)
+        sd['sam']['clip_grad'] = 3.0
+        return sd
+
+    opt.register_load_state_dict_pre_hook(raise_clip)
+    opt.register_load_state_dict_post_hook(lambda o: seen.append(('loaded', o.clip_grad)))
+    opt.load_state_dict(sd)
+    assert seen == ['save', ('loaded', 3.0)]
+
+
+def _train_closure_steps(model, opt, steps=2, seed=0):
+    for i in range(steps):
+        x, y = _batch(seed=seed + i)
+        opt.step(_closure(model, opt, x, y))
+
+
+@pytest.mark.parametrize('copier', ['deepcopy', 'pickle'])
+def test_copy_and_pickle_continue_identically(copier):
+    model = _mlp(bn=True)
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.2, adaptive=True, clip_grad=1.0,
+              model=model)
+    opt.register_step_post_hook(lambda o, args, kwargs: None)  # hooks are not copied, as for torch optimizers
+    torch.optim.lr_scheduler.StepLR(opt, step_size=100)  # it wraps opt.step on the instance: not copied either
+    _train_closure_steps(model, opt)
+    if copier == 'deepcopy':
+        model2, opt2 = copy.deepcopy((model, opt))
+    else:
+        model2, opt2 = pickle.loads(pickle.dumps((model, opt)))
+    assert isinstance(opt2, SAM) and opt2.model is model2 and opt2.base_optimizer is not opt.base_optimizer
+    assert all(p is q for p, q in zip(opt2.param_groups[0]['params'], model2.parameters()))
+    assert (opt2.clip_grad, opt2.param_groups[0]['rho'], opt2.param_groups[0]['adaptive']) == (1.0, 0.2, True)
+    assert opt2.recorder is not opt.recorder and opt2.recorder.state is RecorderState.WAITING
+    assert len(opt2._optimizer_step_post_hooks) == 0
+    _train_closure_steps(model, opt, seed=5)
+    _train_closure_steps(model2, opt2, seed=5)
+    for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_copy_between_first_and_second_step_is_refused():
+    model = _mlp()
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    F.cross_entropy(model(_batch()[0]), _batch()[1]).backward()
+    opt.first_step()
+    with pytest.raises(RuntimeError, match=r'cannot be copied or pickled between first_step\(\) and second_step'):
+        copy.deepcopy(opt)
+
+
+# ---- model unknown -------------------------------------------------------------------------------------
+
+@pytest.mark.filterwarnings('default:SAM does not know the model')
+def test_unknown_model_warns_once_naming_model_and_set_model():
+    model = _mlp(bn=True)
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.warns(UserWarning) as record:
+        _train_closure_steps(model, opt, steps=3)
+    messages = [str(w.message) for w in record if 'does not know the model' in str(w.message)]
+    assert len(messages) == 1
+    assert 'buffers (BatchNorm statistics) are updated by both passes' in messages[0]
+    assert 'pass model= to SAM or to create_optimizer_v2' in messages[0] and 'set_model(model)' in messages[0]
+
+
 # ---- clipping ------------------------------------------------------------------------------------
 
 def test_clip_applies_to_second_pass_gradient():
@@ -236,6 +515,62 @@ def test_first_pass_norm_clip_does_not_change_perturbation():
     opt.second_step()
 
 
+@pytest.mark.parametrize('route', ['closure', 'task'])
+def test_agc_leaves_the_classifier_head_out(route):
+    """As train.py (model_parameters / task.get_clip_parameters(exclude_head=True)): AGC on all but the head."""
+    model = _mlp()
+    x, y = _batch()
+    _, (e,) = _reference_sam(model, x, y, rho=0.3, lr=0.0)
+    at_e = _mlp_copy_at(model, _flat(model.parameters()).detach() + e)
+    g2 = torch.autograd.grad(F.cross_entropy(at_e(x), y), list(at_e.parameters()))
+    clipped = [p.detach().clone() for p in model.parameters()]  # adaptive_clip_grad reads |w| from .data
+    for p, g in zip(clipped, g2):
+        p.grad = g.clone()
+    adaptive_clip_grad(clipped[:-2], clip_factor=0.01)  # the body only, with timm's own AGC
+    expected = [g if i >= len(g2) - 2 else p.grad for i, (p, g) in enumerate(zip(clipped, g2))]
+    assert not torch.allclose(expected[0], g2[0])  # AGC really clips the body ...
+    head_clipped = [p.detach().clone().requires_grad_(False) for p in model.parameters()][-2:]
+    for p, g in zip(head_clipped, g2[-2:]):
+        p.grad = g.clone()
+    adaptive_clip_grad(head_clipped, clip_factor=0.01)
+    assert not torch.allclose(head_clipped[0].grad, g2[-2])  # ... and would clip the head too
+
+    w0 = [p.detach().clone() for p in model.parameters()]
+    if route == 'closure':
+        opt = SAM(torch.optim.SGD(model.parameters(), lr=1.0), rho=0.3, clip_grad=0.01, clip_mode='agc', model=model)
+        opt.step(_closure(model, opt, x, y))
+    else:  # no model given: the task's get_clip_parameters (timm >= 1.0.24) or its module tells the head
+        opt = SAM(torch.optim.SGD(model.parameters(), lr=1.0), rho=0.3, clip_grad=0.01, clip_mode='agc')
+        task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+        task(x, y)['loss'].backward()
+        opt.step()
+    for p, p0, g in zip(model.parameters(), w0, expected):
+        torch.testing.assert_close(p0 - p.detach(), g)
+
+
+# ---- davda54/sam compatibility -------------------------------------------------------------------------
+
+def test_davda54_constructor_and_loop():
+    model = _mlp()
+    x, y = _batch()
+    ref_model, _ = _reference_sam(model, x, y, rho=0.05, lr=0.1, momentum=0.9, weight_decay=5e-4)
+    opt = SAM(model.parameters(), torch.optim.SGD, rho=0.05, adaptive=False, lr=0.1, momentum=0.9, weight_decay=5e-4)
+    assert type(opt.base_optimizer) is torch.optim.SGD
+    group = opt.param_groups[0]
+    assert (group['lr'], group['momentum'], group['weight_decay'], group['rho'], group['adaptive']) == \
+        (0.1, 0.9, 5e-4, 0.05, False)
+    F.cross_entropy(model(x), y).backward()  # davda54/sam README loop, positional zero_grad included
+    opt.first_step(True)
+    F.cross_entropy(model(x), y).backward()
+    opt.second_step(True)
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q)
+    positional = SAM(_mlp().parameters(), torch.optim.SGD, 0.1, True, lr=0.2)
+    assert positional.param_groups[0]['rho'] == 0.1 and positional.param_groups[0]['adaptive'] is True
+    with pytest.raises(TypeError, match=r'grad_scaler=True: pass zero_grad= by keyword'):
+        positional.second_step(False, True)
+
+
 # ---- AMP -----------------------------------------------------------------------------------------
 
 class _AutocastProbe(nn.Module):
@@ -244,7 +579,7 @@ class _AutocastProbe(nn.Module):
         self.states = []
 
     def forward(self, x):
-        self.states.append((torch.is_autocast_enabled('cpu'), torch.get_autocast_dtype('cpu')))
+        self.states.append(autocast_state('cpu'))  # torch's own API where it has one (>= 2.4)
         return x
 
 
@@ -261,10 +596,34 @@ def test_bf16_autocast_state_is_replayed():
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
-def _scaled_run(scale, steps=2, inf_at=None, train_clip=1.0, sam_clip=0.5):
+class _AttributeContractSAM(SAM):
+    """``step`` without a ``grad_scaler`` parameter, so ``GradScaler.step`` takes torch's attribute contract
+    (``grad_scale`` / ``found_inf`` set on the optimizer) instead of passing itself."""
+
+    def step(self, closure=None):
+        return self._update(closure)
+
+
+class _GradProbe(nn.Module):
+    """Identity that records the summed |gradient| flowing back through it (the loss scale shows there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.grad_sums = []
+
+    def forward(self, x):
+        if x.requires_grad:
+            x.register_hook(lambda g: self.grad_sums.append(g.abs().sum().item()))
+        return x
+
+
+_CONTRACTS = {'argument': SAM, 'attributes': _AttributeContractSAM}
+
+
+def _scaled_run(scale, steps=2, inf_at=None, train_clip=1.0, sam_clip=0.5, contract='argument'):
     """train.py's fp16 path on CPU: NativeScaler(loss, optimizer) -> GradScaler.step(sam)."""
     torch.manual_seed(0)
-    model = _mlp()
+    model = nn.Sequential(_mlp(), _GradProbe())
     x, y = _batch()
     calls = {'n': 0}
 
@@ -274,7 +633,10 @@ def _scaled_run(scale, steps=2, inf_at=None, train_clip=1.0, sam_clip=0.5):
         return loss * float('inf') if calls['n'] == inf_at else loss
 
     task = ClassificationTask(model, criterion, verbose=False)
-    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.2, clip_grad=sam_clip)
+    opt = _CONTRACTS[contract](torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.2, clip_grad=sam_clip)
+    passed = []  # what GradScaler.step handed to SAM.step: the scaler itself, or the grad_scale/found_inf attributes
+    opt.register_step_pre_hook(lambda o, args, kwargs: passed.append(
+        ('argument' if 'grad_scaler' in kwargs else 'attributes' if hasattr(o, 'found_inf') else None)))
     scaler = NativeScaler(device='cpu')
     scaler._scaler = torch.amp.GradScaler('cpu', init_scale=scale)
     weights = []
@@ -283,20 +645,31 @@ def _scaled_run(scale, steps=2, inf_at=None, train_clip=1.0, sam_clip=0.5):
         scaler(task(x, y)['loss'], opt, clip_grad=train_clip, parameters=model.parameters())
         opt.zero_grad()
     weights.append([p.detach().clone() for p in model.parameters()])
-    return weights, scaler._scaler.get_scale()
+    assert passed == [contract] * steps  # the contract under test really was the one used
+    return weights, scaler._scaler.get_scale(), model[1].grad_sums, opt
 
 
+@_needs_cpu_grad_scaler
+@pytest.mark.filterwarnings(_SCALER_ARGUMENT_WARNING)
+@pytest.mark.parametrize('contract', ['argument', 'attributes'])
 @pytest.mark.parametrize('train_clip', [None, 100.0])  # train.py unscales before its clip, or step() does
-def test_grad_scaler_second_backward_is_scaled_and_unscaled(train_clip):
+def test_grad_scaler_second_backward_is_scaled_and_unscaled(train_clip, contract):
     torch.manual_seed(0)
     x, y = _batch()
     ref_model, _ = _reference_sam(_mlp(), x, y, rho=0.2, steps=2, lr=0.1, momentum=0.9)
-    weights, scale = _scaled_run(2.0 ** 12, train_clip=train_clip, sam_clip=None)
+    weights, scale, grad_sums, _ = _scaled_run(2.0 ** 12, train_clip=train_clip, sam_clip=None, contract=contract)
     for p, q in zip(ref_model.parameters(), weights[-1]):
         torch.testing.assert_close(p, q)
     assert scale == 2.0 ** 12
+    # |d loss / d logits| summed over the batch is <= 2 for a mean cross-entropy: far above it means scaled
+    assert grad_sums[0] > 2.0 ** 8  # the first pass is scaled ...
+    if train_clip is None or contract == 'argument':  # ... the second pass with the scaler's scale
+        assert grad_sums[1] / grad_sums[0] == pytest.approx(1.0, rel=0.2)
+    else:  # the scale was hidden by train.py's unscale_: SAM's own second-pass scale (GradScaler's 2**16 start)
+        assert grad_sums[1] / grad_sums[0] == pytest.approx(2.0 ** 16 / 2.0 ** 12, rel=0.2)
 
 
+@_needs_cpu_grad_scaler
 @pytest.mark.parametrize('mode', ['closure', 'explicit'])
 def test_grad_scaler_in_custom_loops(mode):
     x, y = _batch()
@@ -324,12 +697,19 @@ def test_grad_scaler_in_custom_loops(mode):
     assert scaler.get_scale() == 2.0 ** 10
 
 
+@_needs_cpu_grad_scaler
+@pytest.mark.filterwarnings(_SCALER_ARGUMENT_WARNING)
+@pytest.mark.parametrize('contract', ['argument', 'attributes'])
 @pytest.mark.parametrize('inf_at', [1, 2])  # overflow in the first pass (1) or only in the replay (2)
-def test_grad_scaler_skips_overflow_step_restores_weights_and_backs_off(inf_at):
-    weights, scale = _scaled_run(2.0 ** 12, steps=2, inf_at=inf_at)
+def test_grad_scaler_skips_overflow_step_restores_weights_and_backs_off(inf_at, contract):
+    weights, scale, _, opt = _scaled_run(2.0 ** 12, steps=2, inf_at=inf_at, contract=contract)
     assert all(torch.equal(p, q) for p, q in zip(weights[0], weights[1]))  # skipped, restored bit-exactly
     assert not all(torch.equal(p, q) for p, q in zip(weights[1], weights[2]))  # next step runs
-    assert scale == 2.0 ** 11
+    if contract == 'attributes' and inf_at == 2:
+        # the scaler never sees SAM's own second pass: it keeps its scale, SAM halves its second-pass scale
+        assert scale == 2.0 ** 12 and opt._second_pass_scale.backoff == 0.5
+    else:
+        assert scale == 2.0 ** 11
 
 
 # ---- state_dict / resume / schedulers / EMA -------------------------------------------------------
@@ -389,6 +769,54 @@ def test_plain_base_state_dict_loads_into_sam():
     assert opt.param_groups[0]['rho'] == 0.3 and len(opt.state) == 4
 
 
+def _edit(path, value):
+    def edit(sd):
+        target = sd
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize('edit,match', [
+    (_edit(('sam', 'clip_mode'), 'l1'), r"clip_mode must be one of \('norm', 'value', 'agc'\), got clip_mode='l1' "
+                                        r"in the loaded state dict"),
+    (_edit(('sam', 'clip_grad'), -1.0), r'clip_grad must be > 0 or None, got clip_grad=-1.0 in the loaded state dict'),
+    (_edit(('param_groups', 1, 'rho'), -0.5), r'rho must be a finite number >= 0, got rho=-0.5 in param group 1 of the '
+                                              r'loaded state dict'),
+    (_edit(('param_groups', 0, 'eta'), -0.1), r'eta must be >= 0, got eta=-0.1 in param group 0'),
+])
+def test_load_state_dict_rejects_bad_sam_settings_before_loading_anything(edit, match):
+    model = _mlp()
+    groups = [{'params': model[0].parameters()}, {'params': model[2].parameters()}]
+    opt = SAM(torch.optim.SGD(groups, lr=0.1, momentum=0.9), rho=0.2, clip_grad=1.0)
+    sd = copy.deepcopy(opt.state_dict())
+    sd['param_groups'][0]['lr'] = 0.5
+    edit(sd)
+    with pytest.raises(ValueError, match=match):
+        opt.load_state_dict(sd)
+    assert opt.param_groups[0]['lr'] == 0.1 and opt.param_groups[1]['rho'] == 0.2 and opt.clip_grad == 1.0
+
+
+def test_load_state_dict_logs_settings_that_differ(caplog):
+    model = _mlp()
+    saved = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.15, adaptive=True, clip_grad=2.0)
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.9)
+    with caplog.at_level(logging.INFO, logger='timm_ext.optim.sam'):
+        opt.load_state_dict(saved.state_dict())
+    records = [r for r in caplog.records if r.name == 'timm_ext.optim.sam']
+    assert len(records) == 1 and records[0].levelno == logging.WARNING
+    message = records[0].getMessage()
+    for part in ('rho: 0.9 -> 0.15 in param groups [0]', 'adaptive: False -> True in param groups [0]',
+                 'clip_grad: None -> 2.0'):
+        assert part in message, message
+    assert opt.param_groups[0]['rho'] == 0.15 and opt.clip_grad == 2.0  # the checkpoint's settings win
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger='timm_ext.optim.sam'):
+        opt.load_state_dict(saved.state_dict())  # same settings: nothing to say
+    assert not [r for r in caplog.records if r.name == 'timm_ext.optim.sam']
+
+
 def test_timm_scheduler_drives_base_lr_and_ema_sees_restored_weights():
     model = _mlp()
     x, y = _batch()
@@ -445,8 +873,11 @@ def test_bad_group_rho_and_bad_base():
     with pytest.raises(ValueError, match=r'got rho=-1 in param group 1'):
         SAM(torch.optim.SGD([{'params': model[0].parameters()}, {'params': model[2].parameters(), 'rho': -1}],
                             lr=0.1))
-    with pytest.raises(ValueError, match=r'SAM needs an optimizer instance to wrap, got type'):
+    with pytest.raises(ValueError, match=r'SAM needs an optimizer instance to wrap, or params and an optimizer '
+                                         r'class .*got type and base_optimizer=None'):
         SAM(torch.optim.SGD)
+    with pytest.raises(ValueError, match=r'SAM got an optimizer instance and also base-optimizer arguments \(lr\)'):
+        SAM(_sgd(), lr=0.1)
 
 
 def test_step_without_closure_grads_or_task_says_how_to_use():
@@ -470,7 +901,8 @@ def test_auto_replay_outside_task_api_is_an_error_not_a_plain_step():
 def test_step_after_task_call_without_backward():
     model = _mlp()
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
-    ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)(*_batch())
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)  # held: SAM holds tasks weakly
+    task(*_batch())
     with pytest.raises(RuntimeError, match=r'the training task ran but no gradients exist'):
         opt.step()
 
@@ -602,3 +1034,42 @@ def test_ddp_two_gloo_processes():
         port = s.getsockname()[1]
     # fork: the workers reuse the imported torch/timm instead of importing them again (seconds on 2 cores)
     mp.start_processes(_ddp_worker, args=(2, port), nprocs=2, join=True, start_method='fork')
+
+
+# ---- the torch floor: fallbacks for APIs newer than it ---------------------------------------------------
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')  # the pre-2.4 autocast functions warn in new torch
+@pytest.mark.parametrize('missing', ['none', 'newer_apis'])
+def test_sam_without_torch_apis_newer_than_the_floor(missing, monkeypatch):
+    """get_total_norm (torch 2.6), _foreach_copy_ (2.1), get_autocast_dtype / is_autocast_enabled(device) (2.4)."""
+    from timm_ext.optim import _compat
+    if missing == 'newer_apis':
+        for flag in ('HAS_GET_TOTAL_NORM', 'HAS_FOREACH_COPY', 'HAS_DEVICE_AUTOCAST_API'):
+            monkeypatch.setattr(_compat, flag, False)
+    tensors = [torch.randn(3, 4), torch.randn(5)]
+    torch.testing.assert_close(_compat.total_norm(tensors), _flat(tensors).norm())
+    dst = [torch.empty(3, 4), torch.empty(5)]
+    _compat.foreach_copy_(dst, tensors)
+    assert all(torch.equal(d, t) for d, t in zip(dst, tensors))
+    assert _compat.autocast_state('cpu')[0] is False
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert _compat.autocast_state('cpu') == (True, torch.bfloat16)
+
+    x, y = _batch()
+    model = _mlp(bn=True)
+    ref_model, _ = _reference_sam(model, x, y, rho=0.2, adaptive=True, eta=0.01, lr=0.1)
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.2, adaptive=True, model=model)
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    task(x, y)['loss'].backward()
+    opt.step()
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q)
+
+    probed = nn.Sequential(_mlp(), _AutocastProbe())  # the replay's autocast state through the same route
+    opt = SAM(torch.optim.SGD(probed.parameters(), lr=0.1), rho=0.2)
+    task = ClassificationTask(probed, nn.CrossEntropyLoss(), verbose=False)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        loss = task(x, y)['loss']
+    loss.backward()
+    opt.step()
+    assert probed[1].states == [(True, torch.bfloat16)] * 2

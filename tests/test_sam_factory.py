@@ -1,5 +1,8 @@
-"""SAM in timm's optimizer factory: every registered name really builds SAM over the right base."""
+"""SAM in timm's optimizer factory: every registered name really builds SAM over the right base, knows
+its model, and uses the right default radius."""
 import argparse
+import copy
+import warnings
 
 import pytest
 import timm
@@ -9,7 +12,7 @@ import torch.nn.functional as F
 from timm.optim import Lookahead, create_optimizer_v2, get_optimizer_class, list_optimizers, optimizer_kwargs
 from timm.task import ClassificationTask
 
-from timm_ext.optim import SAM, SAM_BASES, list_sam_bases
+from timm_ext.optim import ASAM_RHO, SAM, SAM_BASES, SAM_RHO, list_sam_bases
 
 SAM_NAMES = list_optimizers(['sam*', 'asam*'])
 
@@ -135,3 +138,53 @@ def test_any_timm_base_steps_under_sam(base):
         opt.step(closure)
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert any(not torch.equal(a, p) for a, p in zip(w0, model.parameters()))
+
+
+# ---- the model the factory was given, and the ASAM radius ---------------------------------------------
+
+def _bn_model():
+    return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.GELU(), nn.Linear(8, 3))
+
+
+def test_factory_sam_knows_the_model_it_was_built_for():
+    model = _bn_model()
+    assert create_optimizer_v2(model, 'samadamw', lr=1e-3).model is model
+    assert create_optimizer_v2(model, 'lookahead_samadamw', lr=1e-3)._base_optimizer.model is model
+    assert create_optimizer_v2(model.parameters(), 'samadamw', lr=1e-3).model is None  # params only: unknown
+    other = _bn_model()
+    explicit = create_optimizer_v2(model.parameters(), 'samadamw', lr=1e-3, model=other)  # a TypeError before
+    assert explicit.model is other and isinstance(explicit.base_optimizer, torch.optim.AdamW)
+    assert create_optimizer_v2(model, 'samadamw', lr=1e-3, model=model).model is model
+    with pytest.raises(ValueError, match=r'SAM model must be an nn.Module or None, got str'):
+        create_optimizer_v2(model, 'samadamw', lr=1e-3, model='vit')
+
+
+@pytest.mark.parametrize('mode', ['explicit', 'closure'])
+def test_factory_sam_keeps_first_pass_buffers_without_being_told_the_model(mode):
+    model = _bn_model()
+    x, y = _batch()
+    ref = copy.deepcopy(model)
+    ref(x)  # one train-mode forward at w: the expected statistics
+    opt = create_optimizer_v2(model, 'samsgd', lr=0.1, rho=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # in particular no "SAM does not know the model"
+        if mode == 'explicit':
+            F.cross_entropy(model(x), y).backward()
+            opt.first_step()
+            F.cross_entropy(model(x), y).backward()
+            opt.second_step()
+        else:
+            opt.step(lambda: F.cross_entropy(model(x), y).backward())
+    bn, bn_ref = model[1], ref[1]
+    assert bn.num_batches_tracked.item() == 1
+    assert torch.equal(bn.running_mean, bn_ref.running_mean) and torch.equal(bn.running_var, bn_ref.running_var)
+
+
+def test_asam_names_default_to_the_asam_authors_rho():
+    model = _model()
+    assert (SAM_RHO, ASAM_RHO) == (0.05, 0.5)
+    for name, base, rho in (('samadamw', {}, 0.05), ('asamadamw', {}, 0.5), ('asamsgd', {}, 0.5),
+                            ('sam', {'base': 'lamb'}, 0.05), ('asam', {'base': 'lamb'}, 0.5)):
+        opt = create_optimizer_v2(model, name, lr=1e-3, **base)
+        assert {g['rho'] for g in opt.param_groups} == {rho}, name
+    assert create_optimizer_v2(model, 'asamadamw', lr=1e-3, rho=2.0).param_groups[0]['rho'] == 2.0

@@ -1,6 +1,13 @@
-"""Capture/replay of timm training-task calls: found lazily, cheap, no leaks, replays faithfully."""
+"""Capture/replay of timm training-task calls: found lazily, no global hook, explicit lifecycle, no leaks,
+replays faithfully."""
 import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import weakref
+from pathlib import Path
 from typing import Dict
 
 import pytest
@@ -10,6 +17,9 @@ import torch.nn.functional as F
 from timm.task import ClassificationTask, TrainingTask
 
 from timm_ext.optim import SAM, task_capture
+from timm_ext.optim.task_capture import RecorderState
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _model():
@@ -23,36 +33,121 @@ def _batch(n=8):
 
 def _no_sam_alive():
     gc.collect()
-    nn.Identity()(torch.zeros(1))  # any forward lets a left-over global hook notice nobody waits
-    return not task_capture.is_watching()
+    return not task_capture.is_watching() and '__call__' not in TrainingTask.__dict__
+
+
+def _no_global_module_hooks():
+    module = torch.nn.modules.module
+    names = [n for n in dir(module) if n.startswith('_global_') and n.endswith(('hooks', 'hooks_with_kwargs',
+                                                                                 'hooks_always_called'))]
+    assert '_global_forward_hooks' in names and '_global_forward_pre_hooks' in names
+    return all(len(getattr(module, n)) == 0 for n in names)
 
 
 def test_nothing_installed_without_sam():
     assert _no_sam_alive()
-    assert not torch.nn.modules.module._global_forward_hooks
+    assert _no_global_module_hooks()
 
 
-def test_global_hook_only_until_the_task_is_found():
+def test_task_class_is_wrapped_only_until_the_task_is_found():
     assert _no_sam_alive()
     model = _model()
     other = ClassificationTask(_model(), nn.CrossEntropyLoss(), verbose=False)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
-    assert task_capture.is_watching()
+    assert task_capture.is_watching() and opt.recorder.state is RecorderState.WAITING
     other(*_batch())  # a task that does not own the optimizer's parameters is ignored
     assert task_capture.is_watching() and opt.recorder.task is None
     task(*_batch())
-    assert not task_capture.is_watching() and opt.recorder.task is task
-    assert len(opt.recorder.calls) == 1 and len(task._forward_hooks) == 1 and not other._forward_hooks
+    assert opt.recorder.state is RecorderState.BOUND and opt.recorder.task is task
+    assert not task_capture.is_watching() and '__call__' not in TrainingTask.__dict__  # the class is as it was
+    assert len(opt.recorder.calls) == 1 and len(task._forward_pre_hooks) == 1 and not other._forward_pre_hooks
+    assert _no_global_module_hooks()  # at no point
 
 
-def test_closure_or_explicit_use_removes_global_hook():
+def test_recorder_lifecycle():
+    model = _model()
+    x, y = _batch()
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    recorder = task_capture.TaskRecorder(opt)
+    assert recorder.state is RecorderState.UNBOUND
+    recorder.start()
+    assert recorder.state is RecorderState.WAITING
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    task(x, y)['loss'].backward()
+    # both recorders own the task: the newer one (the bare recorder) binds, the optimizer's is stale and closes
+    assert recorder.state is RecorderState.BOUND and opt.recorder.state is RecorderState.CLOSED
+    assert len(recorder.calls) == 1 and recorder.calls[0].args[0] is x
+    del task
+    gc.collect()  # a collected task: the recorder drops the record and waits for a new one
+    assert recorder.state is RecorderState.WAITING and recorder.calls == [] and task_capture.is_watching()
+    recorder.close()
+    assert recorder.state is RecorderState.CLOSED and _no_sam_alive()
+    ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)(x, y)
+    assert recorder.state is RecorderState.CLOSED and recorder.calls == []  # closed is final
+
+
+def test_closure_or_explicit_use_closes_the_recorder():
     assert _no_sam_alive()
     model = _model()
     x, y = _batch()
-    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     opt.step(lambda: F.cross_entropy(model(x), y).backward())
-    assert not task_capture.is_watching()
+    assert opt.recorder.state is RecorderState.CLOSED and _no_sam_alive()
+    opt2 = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    F.cross_entropy(model(x), y).backward()
+    opt2.first_step()
+    assert opt2.recorder.state is RecorderState.CLOSED and _no_sam_alive()
+    F.cross_entropy(model(x), y).backward()
+    opt2.second_step()
+
+
+def test_a_collected_waiting_sam_restores_the_task_class():
+    assert _no_sam_alive()
+    opt = SAM(torch.optim.SGD(_model().parameters(), lr=0.1))
+    assert task_capture.is_watching() and '__call__' in TrainingTask.__dict__
+    del opt
+    gc.collect()
+    assert not task_capture.is_watching() and '__call__' not in TrainingTask.__dict__
+
+
+_COMPILE_AFTER_SAM = textwrap.dedent("""
+    import json, warnings
+    import torch, torch.nn as nn, torch.nn.functional as F
+    import timm_ext
+    from timm.optim import create_optimizer_v2
+    from timm.task import ClassificationTask
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.GELU(), nn.Linear(8, 2))
+    x, y = torch.randn(6, 4), torch.randint(0, 2, (6,))
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay = create_optimizer_v2(model, 'samsgd', lr=0.1)  # found the task, replayed it
+    for _ in range(2):
+        task(x, y)['loss'].backward()
+        replay.step()
+        replay.zero_grad()
+    closure = create_optimizer_v2(model, 'samadamw', lr=0.1)  # closure route
+    closure.step(lambda: F.cross_entropy(model(x), y).backward())
+    waiting = create_optimizer_v2(nn.Linear(2, 2), 'asamsgd', lr=0.1)  # still looking for its task
+    del replay, closure
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        torch.compile(nn.Linear(4, 4), backend='eager')(torch.randn(2, 4))
+    print('WARNINGS=' + json.dumps([str(w.message) for w in caught]))
+""")
+
+
+@pytest.mark.slow
+def test_torch_compile_after_sam_warns_about_no_global_hook():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get('PYTHONPATH', '')]),
+               OMP_NUM_THREADS='1')
+    proc = subprocess.run([sys.executable, '-c', _COMPILE_AFTER_SAM], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith('WARNINGS=')][-1]
+    hook_warnings = [w for w in json.loads(line[len('WARNINGS='):]) if 'global hooks' in w]
+    assert hook_warnings == []
 
 
 def test_record_is_dropped_at_step_and_nothing_leaks():
@@ -72,9 +167,9 @@ def test_record_is_dropped_at_step_and_nothing_leaks():
     assert x_ref() is None
     opt_ref = weakref.ref(opt)
     del opt
-    gc.collect()
-    assert opt_ref() is None  # the task's hook does not keep the optimizer alive
-    task(*_batch())  # and is harmless afterwards
+    assert opt_ref() is None  # nothing keeps the optimizer alive, not even a reference cycle
+    assert not task._forward_pre_hooks  # and its hook went with it
+    task(*_batch())
 
 
 class _WeightedTask(TrainingTask):
@@ -96,7 +191,7 @@ def test_kwargs_are_replayed():
     for mode in ('task', 'closure'):
         torch.manual_seed(0)
         model = _model()
-        opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5), rho=0.3)
+        opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5), rho=0.3, model=model)
         if mode == 'task':
             task = _WeightedTask(model)
             task(x, y, weight=weight)['loss'].backward()

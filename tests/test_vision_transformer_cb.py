@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import timm
 import torch
@@ -5,7 +6,7 @@ from safetensors.torch import save_file
 from timm.layers import Mlp
 
 import timm_ext  # noqa: F401
-from timm_ext.layers import CBMlp
+from timm_ext.layers import CBMlp, ContextBroadcast
 from timm_ext.models import VisionTransformerCB
 
 SIZES = {'tiny': 'vit_tiny_patch16_224', 'small': 'vit_small_patch16_224', 'base': 'vit_base_patch16_224'}
@@ -118,10 +119,23 @@ def test_pretrained_true_without_published_weights_is_a_clear_error():
     ([12], r'cb_layers \[12\] outside the model depth: block indices must be in 0..11'),
     ([-1, 3], r'cb_layers \[-1\] outside the model depth'),
     ('middle', r"Unknown cb_layers 'middle'; use 'all', 'upper' or a list of block indices"),
+    (np.array([6, 7]), r"cb_layers must be 'all', 'upper' or a list of block indices \(ints\), got a ndarray: "
+                       r'array\(\[6, 7\]\)'),
+    ([6.0, 7], r'cb_layers \[6.0\] are not block indices: use ints in 0..11'),
+    ([], r'cb_layers \[\] is empty: a CB model needs at least one CB block \(indices 0..11\)'),
+    (3, r"cb_layers must be 'all', 'upper' or a list of block indices \(ints\), got a int: 3"),
 ])
 def test_bad_cb_layers(layers, message):
     with pytest.raises(ValueError, match=message):
         timm.create_model('vit_tiny_cb', cb_layers=layers, device='meta')
+
+
+@pytest.mark.parametrize('name', ['vit_tiny_cb', 'vit_tiny_cb_all', 'pit_b_cb', 'mixer_s16_cb'])
+def test_cb_init_on_a_model_without_cbs_is_an_error(name):
+    with pytest.raises(ValueError, match=r'cb_init=0.5 sets the initial Lambda of CB_S, but this is plain CB'):
+        timm.create_model(name, cb_init=0.5, device='meta')
+    model = timm.create_model(name, cb_scaled=True, cb_init=0.5, cb_layers=[1], device='meta')  # with CB_S: fine
+    assert [(m.scaled, m.init_value) for m in model.modules() if isinstance(m, ContextBroadcast)] == [(True, 0.5)]
 
 
 def test_explicit_cb_layers_and_custom_depth():

@@ -224,6 +224,47 @@ def test_same_stem_checkpoint_loads_silently(caplog):
     torch.testing.assert_close(model.patch_embed.conv[3].weight, src.patch_embed.conv[3].weight)
 
 
+@pytest.mark.parametrize('src_kwargs, model_kwargs, ckpt_stem, model_stem, reason', [
+    (dict(stem_hidden_dim=32), dict(),
+     r"stem='3conv_3bn_3relu_1proj' or .*, stem_hidden_dim=32", r"stem='3conv_3bn_3relu_1proj', stem_hidden_dim=64",
+     r'patch_embed.conv.0.weight is \(32, 3, 7, 7\) in the checkpoint, \(64, 3, 7, 7\) here'),
+    (dict(stem='3conv_1proj'), dict(),
+     r"stem='3conv_3relu_1proj' or '3conv_1proj' or .*, stem_hidden_dim=64",
+     r"stem='3conv_3bn_3relu_1proj', stem_hidden_dim=64", r'patch_embed.conv.1.bias is not in the checkpoint'),
+    (dict(), dict(stem='3conv_3relu_1proj'),
+     r"stem='3conv_3bn_3relu_1proj' or .*", r"stem='3conv_3relu_1proj', stem_hidden_dim=64",
+     r'patch_embed.conv.1.bias is not in this model'),
+    (dict(stem='patch'), dict(stem='1proj_1bn_1relu'),
+     r"stem='1proj_1relu' or '1proj'", r"stem='1proj_1bn_1relu'",
+     r'patch_embed.proj_norm.bias is not in the checkpoint'),
+])
+def test_checkpoint_of_another_stem_variant_or_width_is_an_error(src_kwargs, model_kwargs, ckpt_stem, model_stem,
+                                                                 reason):
+    """Leniency is for patchify <-> conv stem only; any other stem mismatch names both stems."""
+    src = timm.create_model('vit_small_convstem', **SMALL, **src_kwargs)
+    message = (rf"The checkpoint stem \({ckpt_stem}\) does not fit this model's \({model_stem}\): {reason}\. "
+               rf"Create the model with the checkpoint's stem, or pass pretrained_strict=False")
+    with pytest.raises(RuntimeError, match=message):
+        timm.create_model('vit_small_convstem', pretrained=True,
+                          pretrained_cfg_overlay=dict(state_dict=src.state_dict()), **SMALL, **model_kwargs)
+
+
+@pytest.mark.parametrize('name', ['vit_small_convstem', 'vit_small_cb'])
+def test_pretrained_strict_false_keeps_this_stem(name, caplog):
+    """timm's pretrained_strict=False is the opt-in: the rest loads, the stem keeps its init, one warning says so."""
+    torch.manual_seed(0)
+    src = timm.create_model('vit_small_convstem', stem_hidden_dim=32, **SMALL)
+    torch.manual_seed(1)
+    fresh = timm.create_model(name, stem='conv', **SMALL)
+    torch.manual_seed(1)
+    with caplog.at_level(logging.WARNING, logger=STEM_LOGGER):
+        model = timm.create_model(name, stem='conv', pretrained=True, pretrained_strict=False,
+                                  pretrained_cfg_overlay=dict(state_dict=src.state_dict()), **SMALL)
+    assert len([r for r in caplog.records if r.name == STEM_LOGGER]) == 1
+    torch.testing.assert_close(model.patch_embed.conv[0].weight, fresh.patch_embed.conv[0].weight)
+    torch.testing.assert_close(model.blocks[0].attn.qkv.weight, src.blocks[0].attn.qkv.weight)
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError, match=r"Unknown stem 'convv'; valid: conv, patch, 3conv_3bn_3relu_1proj"):
         timm.create_model('vit_small_cb', stem='convv')

@@ -90,6 +90,18 @@ def test_in_chans_and_stem_mismatch_loading(caplog):
     torch.testing.assert_close(patchify.network[0][0].attn.v.weight, src.network[0][0].attn.v.weight)
 
 
+def test_checkpoint_of_another_width_is_an_error():
+    src = timm.create_model('volo_d1_convstem', stem_hidden_dim=32, **SHALLOW)
+    with pytest.raises(RuntimeError, match=r"The checkpoint stem \(stem=.*, stem_hidden_dim=32\) does not fit this "
+                                           r"model's \(stem='3conv_3bn_3relu_1proj', stem_hidden_dim=64\)"):
+        timm.create_model('volo_d1_convstem', pretrained=True, pretrained_cfg_overlay=dict(state_dict=src.state_dict()),
+                          **SHALLOW)
+    model = timm.create_model('volo_d1_convstem', pretrained=True, pretrained_strict=False,
+                              pretrained_cfg_overlay=dict(state_dict=src.state_dict()), **SHALLOW)
+    torch.testing.assert_close(model.network[0][0].attn.v.weight, src.network[0][0].attn.v.weight)
+    assert model.patch_embed.conv[0].out_channels == 64
+
+
 def test_bad_stem():
     with pytest.raises(ValueError, match=r"Unknown stem 'bn'; valid: conv, patch, "):
         timm.create_model('volo_d1_convstem', stem='bn')

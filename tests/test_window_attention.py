@@ -1,30 +1,36 @@
-"""WindowAttention2d against a direct softmax(QK^T / sqrt(d) + bias) V computation, window by window."""
+"""WindowAttention2d against a naive float64 reference: a loop over windows with an explicit softmax and the bias
+looked up from the tokens' relative coordinates. Both kernels (eval: fused SDPA; train: explicit bmm), both memory
+formats, padded maps and gradients are checked against it."""
 import math
 
 import pytest
 import torch
 
 from timm_ext.layers import WindowAttention2d
+from timm_ext.layers.window_attention import window_attention_mask, window_partition_nchw, window_reverse_nchw
 
 
 def _bias_from_table(table: torch.Tensor, ws: int) -> torch.Tensor:
     """bias[q, k] = table[(r_q - r_k + ws - 1) * (2 ws - 1) + (c_q - c_k + ws - 1)], tokens row-major."""
     n = ws * ws
-    bias = torch.empty(n, n, dtype=table.dtype)
+    rows = []
     for q in range(n):
+        row = []
         for k in range(n):
             (rq, cq), (rk, ck) = divmod(q, ws), divmod(k, ws)
-            bias[q, k] = table[(rq - rk + ws - 1) * (2 * ws - 1) + (cq - ck + ws - 1)]
-    return bias
+            row.append(table[(rq - rk + ws - 1) * (2 * ws - 1) + (cq - ck + ws - 1)])
+        rows.append(torch.stack(row))
+    return torch.stack(rows)
 
 
 def _reference(layer: WindowAttention2d, x: torch.Tensor) -> torch.Tensor:
-    """Loop over windows; a window at the border holds only its real tokens, keeping their grid positions."""
+    """Loop over windows; a window at the border holds only its real tokens, keeping their grid positions.
+    Differentiable in the layer's parameters (for the gradient checks)."""
     B, C, H, W = x.shape
     ws, heads, d = layer.window_size, layer.num_heads, layer.head_dim
-    full_bias = _bias_from_table(layer.relative_position_bias_table.detach(), ws)
+    full_bias = _bias_from_table(layer.relative_position_bias_table, ws)
     w_qkv, w_proj, b_proj = layer.qkv.weight, layer.proj.weight, layer.proj.bias
-    out = torch.zeros(B, w_proj.shape[0], H, W, dtype=x.dtype)
+    out = [[[None] * W for _ in range(H)] for _ in range(B)]
     for b in range(B):
         for r0 in range(0, H, ws):
             for c0 in range(0, W, ws):
@@ -36,12 +42,13 @@ def _reference(layer: WindowAttention2d, x: torch.Tensor) -> torch.Tensor:
                 heads_out = []
                 for h in range(heads):
                     qh, kh, vh = (t[:, h * d:(h + 1) * d] for t in (q, k, v))
-                    attn = torch.softmax(qh @ kh.T / math.sqrt(d) + bias, dim=-1)
+                    logits = qh @ kh.T / math.sqrt(d) + bias
+                    attn = logits.exp() / logits.exp().sum(dim=-1, keepdim=True)
                     heads_out.append(attn @ vh)
                 y = torch.cat(heads_out, dim=1) @ w_proj.T + b_proj
                 for (r, c), value in zip(coords, y):
-                    out[b, :, r, c] = value
-    return out
+                    out[b][r][c] = value
+    return torch.stack([torch.stack([torch.stack(row, dim=-1) for row in img], dim=-2) for img in out])
 
 
 @pytest.fixture
@@ -53,42 +60,89 @@ def layer() -> WindowAttention2d:
     return layer
 
 
+@pytest.mark.parametrize('training', [False, True], ids=['eval_sdpa', 'train_bmm'])
 @pytest.mark.parametrize('size', [(6, 9), (7, 5), (2, 2), (4, 8)])
-def test_matches_direct_softmax_attention(layer, size):
-    """Divisible maps, padded maps and a map smaller than the window all equal the direct computation."""
+def test_matches_naive_reference(layer, size, training):
+    """Divisible maps, padded maps and a map smaller than the window, through both kernels."""
     torch.manual_seed(1)
     x = torch.randn(2, 6, *size, dtype=torch.float64)
+    layer.train(training)
     with torch.no_grad():
         out = layer(x)
-    assert out.shape == (2, 10, *size)
+        expected = _reference(layer, x)
+    assert out.shape == (2, 10, *size) and out.is_contiguous()
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('size', [(6, 9), (7, 5)])
+def test_channels_last_input_gives_channels_last_output(layer, size):
+    torch.manual_seed(2)
+    x = torch.randn(2, 6, *size, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out = layer(x)
+    assert out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
     torch.testing.assert_close(out, _reference(layer, x), rtol=1e-10, atol=1e-10)
 
 
-def test_padding_path_equals_unpadded_path_where_the_window_divides(layer):
-    torch.manual_seed(2)
-    x = torch.randn(2, 6, 6, 9, dtype=torch.float64)
+def test_unpadded_layer_matches_the_reference_where_the_window_divides(layer):
+    torch.manual_seed(3)
     strict = WindowAttention2d(6, 10, num_heads=2, head_dim=4, window_size=3, pad_to_window=False).double().eval()
     strict.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 6, 6, 9, dtype=torch.float64)
     with torch.no_grad():
-        torch.testing.assert_close(layer(x), strict(x), rtol=0, atol=0)
+        torch.testing.assert_close(strict(x), _reference(layer, x), rtol=1e-10, atol=1e-10)
 
 
-def test_padded_tokens_do_not_leak_into_real_ones(layer):
-    """Cropping a padded result equals running on the map cut to whole windows, window by window."""
-    torch.manual_seed(3)
-    x = torch.randn(1, 6, 7, 7, dtype=torch.float64)
-    with torch.no_grad():
-        full = layer(x)
-        inner = layer(x[:, :, :6, :6])
-    torch.testing.assert_close(full[:, :, :6, :6], inner, rtol=1e-12, atol=1e-12)
+@pytest.mark.parametrize('training', [False, True], ids=['eval_sdpa', 'train_bmm'])
+def test_gradients_match_the_reference(layer, training):
+    """Gradients of the input, the bias table and both projections on a padded map, against the loop's autograd."""
+    torch.manual_seed(4)
+    x = torch.randn(1, 6, 5, 4, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(1, 10, 5, 4, dtype=torch.float64)
+    layer.train(training)
+    params = [x, layer.relative_position_bias_table, layer.qkv.weight, layer.proj.weight, layer.proj.bias]
+    grads = torch.autograd.grad((layer(x) * weight).sum(), params)
+    expected = torch.autograd.grad((_reference(layer, x) * weight).sum(), params)
+    assert grads[1].abs().sum() > 0
+    for got, ref in zip(grads, expected):
+        torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-10)
 
 
-def test_bias_is_shared_by_heads_and_oriented_like_timm_swin(layer):
-    from timm.models.swin_transformer import get_relative_position_index
-    index = get_relative_position_index(3, 3)
-    expected = layer.relative_position_bias_table.detach()[index]
-    torch.testing.assert_close(layer.relative_position_bias().detach(), expected)
+def test_bias_matches_the_relative_coordinates(layer):
+    """relative_position_bias()[q, k] is the table entry of (row_q - row_k, col_q - col_k): every head adds it."""
+    torch.testing.assert_close(
+        layer.relative_position_bias().detach(), _bias_from_table(layer.relative_position_bias_table.detach(), 3))
     assert layer.relative_position_bias_table.shape == (25,)
+
+
+def test_mask_is_minus_inf_exactly_on_padded_keys():
+    """A 4x5 map in windows of 3: padded rows/columns per window, written out by hand."""
+    ws = 3
+    bias = torch.arange(81, dtype=torch.float64).view(9, 9)
+    mask = window_attention_mask(bias, torch.empty(2, 1, 4, 5), ws)
+    assert mask.shape == (2 * 4, 1, 9, 9)
+    # windows (row-major): (0, 0) full; (0, 1) columns 3-4 real, 5 padded; (1, 0) row 3 real; (1, 1) rows 3, cols 3-4
+    real_keys = [range(9), [0, 1, 3, 4, 6, 7], [0, 1, 2], [0, 1]]
+    for b in range(2):
+        for w, keys in enumerate(real_keys):
+            m = mask[b * 4 + w, 0]
+            for k in range(9):
+                if k in keys:
+                    assert torch.equal(m[:, k], bias[:, k])
+                else:
+                    assert torch.isneginf(m[:, k]).all()
+    assert window_attention_mask(bias, torch.empty(2, 1, 6, 3), ws).shape == (1, 1, 9, 9)
+
+
+def test_partition_order_and_reverse():
+    """Token rows are batch, window row, window column, then row-major inside the window; reverse crops padding."""
+    x = torch.arange(2 * 1 * 4 * 5, dtype=torch.float32).view(2, 1, 4, 5)
+    tokens = window_partition_nchw(x, 2)
+    assert tokens.shape == (2 * 2 * 3 * 4, 1)
+    assert tokens[:8, 0].tolist() == [0, 1, 5, 6, 2, 3, 7, 8]  # image 0: window (0, 0), then (0, 1)
+    assert tokens[8:12, 0].tolist() == [4, 0, 9, 0]  # window (0, 2): column 4 real, column 5 padded with zeros
+    assert tokens[24, 0].item() == 20  # image 1 starts after image 0's six windows
+    torch.testing.assert_close(window_reverse_nchw(tokens, x, 2), x)
 
 
 def test_no_padding_raises_for_a_window_larger_than_the_map():
@@ -103,9 +157,15 @@ def test_no_padding_raises_for_a_non_divisible_map():
         layer(torch.randn(1, 8, 6, 8))
 
 
-def test_bad_window_size():
-    with pytest.raises(ValueError, match=r'window_size must be a positive int, got 0'):
-        WindowAttention2d(8, window_size=0)
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(window_size=0), r'window_size must be a positive int, got 0'),
+    (dict(head_dim=0), r'head_dim must be a positive int, got 0'),
+    (dict(num_heads=-2), r'num_heads must be a positive int, got -2'),
+    (dict(num_heads=2.0), r'num_heads must be a positive int, got 2\.0'),
+])
+def test_bad_head_and_window_configs(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WindowAttention2d(8, **kwargs)
 
 
 def test_dense_prediction_sized_map_is_finite():
@@ -116,11 +176,3 @@ def test_dense_prediction_sized_map_is_finite():
         out = layer(torch.randn(1, 4, 100, 167))
     assert out.shape == (1, 4, 100, 167)
     assert torch.isfinite(out).all()
-
-
-def test_gradients_reach_the_bias_table(layer):
-    x = torch.randn(1, 6, 5, 5, dtype=torch.float64)
-    layer.train()
-    layer(x).sum().backward()
-    assert layer.relative_position_bias_table.grad is not None
-    assert layer.relative_position_bias_table.grad.abs().sum() > 0

@@ -25,14 +25,15 @@ All convs keep VOLO's module indices (``conv.0/1/2``, ``conv.3/4/5``, ``conv.6/7
 act; ``nn.Identity`` where a row removes a layer), so every variant has VOLO's key layout and
 ``conv.0`` is always the first conv.
 """
-from collections.abc import Callable
+import math
 from dataclasses import dataclass
 from functools import partial
+from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import Format, PatchEmbed, nchw_to, to_2tuple
-from torch import nn
+from timm.layers import Format, _assert, nchw_to, to_2tuple
 
 __all__ = ['ConvStemPatchEmbed', 'StemVariant', 'STEM_VARIANTS', 'STEM_ALIASES', 'resolve_stem']
 
@@ -49,16 +50,16 @@ class StemVariant:
     even_strides: bool = False  # strides (2, 2, 2, P/8) instead of (2, 1, 1, P/2) (Table 3)
     paper_row: str = ''         # the row as printed in the paper
 
-    def strides(self, patch_size: int) -> tuple[int, ...]:
+    def strides(self, patch_size: int) -> Tuple[int, ...]:
         if not self.convs:
             return (patch_size,)
         return (2, 2, 2, patch_size // 8) if self.even_strides else (2, 1, 1, patch_size // 2)
 
-    def kernels(self, patch_size: int) -> tuple[int, ...]:
+    def kernels(self, patch_size: int) -> Tuple[int, ...]:
         return (7, 3, 3, patch_size // 2) if self.convs else (patch_size,)
 
 
-def _conv_variants(suffix: str, paper_suffix: str, **kwargs) -> dict[str, StemVariant]:
+def _conv_variants(suffix: str, paper_suffix: str, **kwargs) -> Dict[str, StemVariant]:
     return {
         f'3conv_3bn_3relu_1proj{suffix}': StemVariant(paper_row=f'3Conv+3BN+3ReLU+1Proj {paper_suffix}', **kwargs),
         f'3conv_3bn_1proj{suffix}': StemVariant(conv_act=False, paper_row=f'3Conv+3BN+1Proj {paper_suffix}', **kwargs),
@@ -71,7 +72,7 @@ def _conv_variants(suffix: str, paper_suffix: str, **kwargs) -> dict[str, StemVa
     }
 
 
-STEM_VARIANTS: dict[str, StemVariant] = {
+STEM_VARIANTS: Dict[str, StemVariant] = {
     # Table 2 (DeiT-S, DINO-S/16, VOLO-d1), strides (2, 1, 1, P/2)
     **_conv_variants('', '(2,1,1,P/2)'),
     '1proj_1bn_1relu': StemVariant(convs=False, proj_norm=True, proj_act=True, paper_row='1Proj+1BN+1ReLU (P)'),
@@ -82,8 +83,8 @@ STEM_VARIANTS: dict[str, StemVariant] = {
     # Table 5: ReLU -> GELU in the conv stem
     '3conv_3bn_3gelu_1proj': StemVariant(act='gelu', paper_row='3Conv+3BN+3ReLU+1Proj, ReLU->GELU in conv-stem'),
 }
-STEM_ALIASES: dict[str, str] = {'conv': '3conv_3bn_3relu_1proj', 'patch': '1proj'}
-_ACT_LAYERS: dict[str, Callable[[], nn.Module]] = {'relu': partial(nn.ReLU, inplace=True), 'gelu': nn.GELU}
+STEM_ALIASES: Dict[str, str] = {'conv': '3conv_3bn_3relu_1proj', 'patch': '1proj'}
+_ACT_LAYERS: Dict[str, Callable[[], nn.Module]] = {'relu': partial(nn.ReLU, inplace=True), 'gelu': nn.GELU}
 
 
 def resolve_stem(stem: str) -> str:
@@ -98,11 +99,11 @@ def resolve_stem(stem: str) -> str:
     return name
 
 
-def _valid_names() -> tuple[str, ...]:
+def _valid_names() -> Tuple[str, ...]:
     return tuple(STEM_ALIASES) + tuple(STEM_VARIANTS)
 
 
-def _check_img_size(img_size: int | tuple[int, int] | None, stride: int, dynamic_img_pad: bool) -> None:
+def _check_img_size(img_size: Optional[Union[int, Tuple[int, int]]], stride: int, dynamic_img_pad: bool) -> None:
     if img_size is None or dynamic_img_pad:
         return
     size = to_2tuple(img_size)
@@ -117,27 +118,31 @@ def _same_padding(kernel_size: int, stride: int) -> int:
     return (kernel_size - stride + 1) // 2
 
 
-class ConvStemPatchEmbed(PatchEmbed):
+class ConvStemPatchEmbed(nn.Module):
     """ Conv-stem image to patch embedding: (B, C, H, W) -> (B, H/P * W/P, D) (or NHWC / NCHW).
 
-    Same interface as timm's ``PatchEmbed`` (so ``VisionTransformer(embed_layer=ConvStemPatchEmbed)``
-    works, incl. ``dynamic_img_size``, ``dynamic_img_pad`` and ``set_input_size``); the total stride of
-    every variant is ``patch_size``.
+    Exposes the interface a timm ViT needs from its ``embed_layer`` (as timm's ``PatchEmbed`` and
+    ``HybridEmbed`` do): ``img_size``, ``patch_size``, ``grid_size``, ``num_patches``, ``feat_ratio()``,
+    ``dynamic_feat_size()``, ``set_input_size()``, ``flatten`` / ``output_fmt``, ``strict_img_size`` and
+    ``dynamic_img_pad``; so ``VisionTransformer(embed_layer=ConvStemPatchEmbed)`` works, incl.
+    ``dynamic_img_size``. The total stride of every variant is ``patch_size``.
 
     Args (besides PatchEmbed's):
         stem: variant name, see ``STEM_VARIANTS`` / ``resolve_stem``; default the paper's full stem.
         hidden_dim: channels of the three convs (64 in the paper and VOLO-d1..d4).
     """
+    output_fmt: Format
+    dynamic_img_pad: torch.jit.Final[bool]
 
     def __init__(
             self,
-            img_size: int | tuple[int, int] | None = 224,
-            patch_size: int = 16,
+            img_size: Optional[Union[int, Tuple[int, int]]] = 224,
+            patch_size: Union[int, Tuple[int, int]] = 16,
             in_chans: int = 3,
             embed_dim: int = 768,
-            norm_layer: Callable | None = None,
+            norm_layer: Optional[Callable[..., nn.Module]] = None,
             flatten: bool = True,
-            output_fmt: str | None = None,
+            output_fmt: Optional[str] = None,
             bias: bool = True,
             strict_img_size: bool = True,
             dynamic_img_pad: bool = False,
@@ -147,6 +152,7 @@ class ConvStemPatchEmbed(PatchEmbed):
             dtype=None,
     ) -> None:
         dd = {'device': device, 'dtype': dtype}
+        super().__init__()
         stem = resolve_stem(stem)
         variant = STEM_VARIANTS[stem]
         patch = to_2tuple(patch_size)
@@ -154,20 +160,21 @@ class ConvStemPatchEmbed(PatchEmbed):
         if patch[0] != patch[1] or patch[0] < step or patch[0] % step:
             raise ValueError(f'stem {stem!r} needs a square patch_size divisible by {step}, got {patch_size!r}.')
         _check_img_size(img_size, patch[0], dynamic_img_pad)
-        super().__init__(
-            img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
-            norm_layer=norm_layer, flatten=flatten, output_fmt=output_fmt, bias=bias,
-            strict_img_size=strict_img_size, dynamic_img_pad=dynamic_img_pad, **dd)
-        if dynamic_img_pad:  # the base class floors the grid before it knows the input is padded
-            self.img_size, self.grid_size, self.num_patches = self._init_img_size(img_size)
         self.stem = stem
-        self.variant = variant
         self.hidden_dim = hidden_dim
+        self.patch_size = patch
+        self.dynamic_img_pad = dynamic_img_pad
+        self.strict_img_size = strict_img_size
+        self.img_size, self.grid_size, self.num_patches = self._init_img_size(img_size)
+        if output_fmt is not None:
+            self.flatten = False
+            self.output_fmt = Format(output_fmt)
+        else:  # timm's convention: flatten to (B, N, D) unless a format is asked for
+            self.flatten = flatten
+            self.output_fmt = Format.NCHW
+
         kernels, strides = variant.kernels(patch[0]), variant.strides(patch[0])
         act_layer = _ACT_LAYERS[variant.act]
-        token_norm = self.norm
-        del self.proj, self.norm  # re-registered below in data-flow order: conv, proj, proj_norm, proj_act, norm
-
         chs = in_chans
         if variant.convs:
             layers = []
@@ -185,41 +192,54 @@ class ConvStemPatchEmbed(PatchEmbed):
         self.proj = nn.Conv2d(chs, embed_dim, k, stride=s, padding=_same_padding(k, s), bias=bias, **dd)
         self.proj_norm = nn.BatchNorm2d(embed_dim, **dd) if variant.proj_norm else nn.Identity()
         self.proj_act = act_layer() if variant.proj_act else nn.Identity()
-        self.norm = token_norm
+        self.norm = norm_layer(embed_dim, **dd) if norm_layer else nn.Identity()
 
-    def _init_img_size(self, img_size: int | tuple[int, int]):
-        img_size, grid_size, num_patches = super()._init_img_size(img_size)
-        if img_size is not None and getattr(self, 'dynamic_img_pad', False):  # padded input: ceil, not floor
-            grid_size = self.dynamic_feat_size(img_size)
-            num_patches = grid_size[0] * grid_size[1]
-        return img_size, grid_size, num_patches
+    def _init_img_size(self, img_size: Optional[Union[int, Tuple[int, int]]]):
+        if img_size is None:
+            return None, None, None
+        img_size = to_2tuple(img_size)
+        grid_size = self.dynamic_feat_size(img_size)
+        return img_size, grid_size, grid_size[0] * grid_size[1]
 
     def set_input_size(
             self,
-            img_size: int | tuple[int, int] | None = None,
-            patch_size: int | tuple[int, int] | None = None,
+            img_size: Optional[Union[int, Tuple[int, int]]] = None,
+            patch_size: Optional[Union[int, Tuple[int, int]]] = None,
     ) -> None:
         """New image size (any multiple of the total stride); the patch size of a conv stem is fixed."""
         if patch_size is not None and to_2tuple(patch_size) != self.patch_size:
             raise ValueError(
                 f'The patch size of a conv stem cannot be changed ({self.patch_size} -> {to_2tuple(patch_size)}): '
                 f'its strides are built for it. Build a new model with patch_size={patch_size!r} instead.')
-        _check_img_size(img_size, self.patch_size[0], self.dynamic_img_pad)
-        super().set_input_size(img_size=img_size)
+        if img_size is not None:
+            _check_img_size(img_size, self.patch_size[0], self.dynamic_img_pad)
+            self.img_size, self.grid_size, self.num_patches = self._init_img_size(img_size)
+
+    def feat_ratio(self, as_scalar: bool = True) -> Union[Tuple[int, int], int]:
+        return max(self.patch_size) if as_scalar else self.patch_size
+
+    def dynamic_feat_size(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
+        """Token grid for an image size: ceil with ``dynamic_img_pad`` (the input is padded), floor otherwise."""
+        if self.dynamic_img_pad:
+            return math.ceil(img_size[0] / self.patch_size[0]), math.ceil(img_size[1] / self.patch_size[1])
+        return img_size[0] // self.patch_size[0], img_size[1] // self.patch_size[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        H, W = x.shape[-2:]
-        stride = self.patch_size
-        if self.img_size is not None and self.strict_img_size and (H, W) != tuple(self.img_size):
-            raise ValueError(
-                f'Input size ({H}, {W}) does not match the model img_size {tuple(self.img_size)}; create the model '
-                f'with img_size=({H}, {W}) or dynamic_img_size=True.')
+        B, C, H, W = x.shape
+        if self.img_size is not None and self.strict_img_size:
+            _assert(H == self.img_size[0], f'Input height {H} does not match the model img_size {self.img_size}; '
+                                           f'create the model with this img_size or dynamic_img_size=True.')
+            _assert(W == self.img_size[1], f'Input width {W} does not match the model img_size {self.img_size}; '
+                                           f'create the model with this img_size or dynamic_img_size=True.')
+        elif not self.dynamic_img_pad:
+            _assert(H % self.patch_size[0] == 0, f'Input height {H} is not divisible by the stem total stride '
+                                                 f'{self.patch_size[0]}; resize or use dynamic_img_pad=True.')
+            _assert(W % self.patch_size[1] == 0, f'Input width {W} is not divisible by the stem total stride '
+                                                 f'{self.patch_size[1]}; resize or use dynamic_img_pad=True.')
         if self.dynamic_img_pad:
-            x = F.pad(x, (0, (stride[1] - W % stride[1]) % stride[1], 0, (stride[0] - H % stride[0]) % stride[0]))
-        elif H % stride[0] or W % stride[1]:
-            raise ValueError(
-                f'Input size ({H}, {W}) is not divisible by the stem total stride {stride[0]}; resize or crop to a '
-                f'multiple of {stride[0]}, or create the model with dynamic_img_pad=True.')
+            pad_h = (self.patch_size[0] - H % self.patch_size[0]) % self.patch_size[0]
+            pad_w = (self.patch_size[1] - W % self.patch_size[1]) % self.patch_size[1]
+            x = F.pad(x, (0, pad_w, 0, pad_h))
         if self.conv is not None:
             x = self.conv(x)
         x = self.proj_act(self.proj_norm(self.proj(x)))

@@ -1,32 +1,101 @@
 """ Local (windowed) multi-head self-attention on a (B, C, H, W) map, as in AlterNet.
 
 Non-overlapping, non-shifted windows; one relative-position-bias table shared by all heads
-("How Do Vision Transformers Work?", Park & Kim, ICLR 2022). Attention runs through
-``F.scaled_dot_product_attention`` with the bias as its float mask. Maps the window does not divide
-are zero-padded at the bottom/right and the padded keys masked, so any input size works (the
-official code raises on them); ``pad_to_window=False`` turns that into a clear error instead.
+("How Do Vision Transformers Work?", Park & Kim, ICLR 2022). Maps the window does not divide are
+zero-padded at the bottom/right and the padded keys masked, so any input size works (the official
+code raises on them); ``pad_to_window=False`` turns that into a clear error instead.
+
+Layout, chosen for speed: the module returns the memory format it is given (contiguous NCHW, or
+channels-last), like the convs around it. The map is cut into window-major token rows by one copy, q/k/v
+come from one GEMM over those rows, and the projected rows go back to the map by one copy. In eval mode
+q/k/v go to ``F.scaled_dot_product_attention`` as 4-D strided views (its fused CPU kernel, no copy);
+in training the bias needs its gradient, which that kernel does not give, so the softmax is explicit
+(batched matmuls). The window helpers depend on the input size, so they are FX leaves
+(``register_notrace_function``), as timm's Swin window helpers are.
 """
+from typing import Optional, Tuple
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import trunc_normal_
+from timm.layers import register_notrace_function, trunc_normal_
 from timm.models.swin_transformer import get_relative_position_index
-from torch import nn
 
-__all__ = ['WindowAttention2d']
+__all__ = ['WindowAttention2d', 'window_attention_mask', 'window_partition_nchw', 'window_reverse_nchw']
+
+
+def _num_windows(height: int, width: int, window_size: int, pad_to_window: bool) -> Tuple[int, int]:
+    """Windows along H and W (ceil); a ValueError if the window does not divide the map and padding is off."""
+    nh = (height + window_size - 1) // window_size
+    nw = (width + window_size - 1) // window_size
+    if not pad_to_window and (nh * window_size != height or nw * window_size != width):
+        why = 'is smaller than' if height < window_size or width < window_size else 'is not divisible by'
+        raise ValueError(
+            f'Feature map {height}x{width} {why} window_size {window_size} and pad_to_window=False: use '
+            f'pad_to_window=True (pads and masks) or a window_size that divides every stage\'s map.')
+    return nh, nw
+
+
+@register_notrace_function  # reason: the window counts and padding follow the input size
+def window_partition_nchw(x: torch.Tensor, window_size: int, pad_to_window: bool = True) -> torch.Tensor:
+    """(B, C, H, W) -> (B * nh * nw * ws * ws, C) token rows: batch, window row, window column, then the
+    window's tokens row-major. A map the window does not divide is zero-padded at the bottom/right first.
+    One copy from a contiguous or a channels-last map (two when padding)."""
+    B, C, H, W = x.shape
+    ws = window_size
+    nh, nw = _num_windows(H, W, ws, pad_to_window)
+    x = x.permute(0, 2, 3, 1)
+    if nh * ws != H or nw * ws != W:
+        x = F.pad(x, [0, 0, 0, nw * ws - W, 0, nh * ws - H])
+    return x.reshape(B, nh, ws, nw, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, C)
+
+
+@register_notrace_function  # reason: the window counts and padding follow the input size
+def window_reverse_nchw(tokens: torch.Tensor, like: torch.Tensor, window_size: int) -> torch.Tensor:
+    """Inverse of ``window_partition_nchw(like, window_size)``: token rows -> (B, C, H, W) of ``like``'s size,
+    padding cropped, in one copy; channels-last memory if ``like`` is channels-last, else contiguous."""
+    B, _, H, W = like.shape
+    C = tokens.shape[-1]
+    ws = window_size
+    nh, nw = (H + ws - 1) // ws, (W + ws - 1) // ws
+    channels_last = not like.is_contiguous() and like.is_contiguous(memory_format=torch.channels_last)
+    x = tokens.reshape(B, nh, nw, ws, ws, C)
+    if channels_last:
+        x = x.permute(0, 1, 3, 2, 4, 5).reshape(B, nh * ws, nw * ws, C).permute(0, 3, 1, 2)
+    else:
+        x = x.permute(0, 5, 1, 3, 2, 4).reshape(B, C, nh * ws, nw * ws)
+    if nh * ws != H or nw * ws != W:
+        x = x[:, :, :H, :W].contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    return x
+
+
+@register_notrace_function  # reason: the window counts and padding follow the input size
+def window_attention_mask(bias: torch.Tensor, like: torch.Tensor, window_size: int) -> torch.Tensor:
+    """Float mask for attention over the windows of ``window_partition_nchw(like, window_size)``: the (N, N)
+    ``bias`` as (1, 1, N, N) when the window divides the map, else (B * nW, 1, N, N) with -inf on padded keys."""
+    B, _, H, W = like.shape
+    ws = window_size
+    nh, nw = (H + ws - 1) // ws, (W + ws - 1) // ws
+    if nh * ws == H and nw * ws == W:
+        return bias[None, None]
+    rows = torch.arange(nh * ws, device=bias.device) < H
+    cols = torch.arange(nw * ws, device=bias.device) < W
+    valid = (rows[:, None] & cols[None, :]).reshape(nh, ws, nw, ws).permute(0, 2, 1, 3).reshape(nh * nw, 1, 1, -1)
+    return bias.masked_fill(~valid, float('-inf')).repeat(B, 1, 1, 1)
 
 
 class WindowAttention2d(nn.Module):
     """ Multi-head self-attention inside ``window_size`` x ``window_size`` windows of a (B, C, H, W) map.
 
     The bias table follows timm's Swin orientation (``bias[q, k] = table[idx(q - k)]``) but is one flat
-    ((2 ws - 1) ** 2,) table: every head adds the same bias. The output is (B, dim_out, H, W).
+    ((2 ws - 1) ** 2,) table: every head adds the same bias. The output is (B, dim_out, H, W), in the
+    input's memory format.
     """
 
     def __init__(
             self,
             dim: int,
-            dim_out: int | None = None,
+            dim_out: Optional[int] = None,
             num_heads: int = 8,
             head_dim: int = 64,
             window_size: int = 7,
@@ -39,13 +108,13 @@ class WindowAttention2d(nn.Module):
     ) -> None:
         dd = {'device': device, 'dtype': dtype}
         super().__init__()
-        if window_size < 1:
-            raise ValueError(f'window_size must be a positive int, got {window_size}')
+        for name, value in (('num_heads', num_heads), ('head_dim', head_dim), ('window_size', window_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f'{name} must be a positive int, got {value!r}')
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.window_size = window_size
         self.pad_to_window = pad_to_window
-        self.attn_drop = attn_drop
         attn_dim = num_heads * head_dim
         dim_out = dim_out or dim
 
@@ -56,6 +125,7 @@ class WindowAttention2d(nn.Module):
             persistent=False,
         )
         self.qkv = nn.Linear(dim, 3 * attn_dim, bias=qkv_bias, **dd)
+        self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(attn_dim, dim_out, **dd)
         self.proj_drop = nn.Dropout(proj_drop)
         self.reset_parameters()
@@ -75,60 +145,23 @@ class WindowAttention2d(nn.Module):
 
     def relative_position_bias(self) -> torch.Tensor:
         """The (N, N) bias, N = window_size ** 2, added to every head's logits."""
-        n = self.window_size ** 2
+        n = self.window_size * self.window_size
         return self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n)
 
-    def _num_windows(self, height: int, width: int) -> tuple[int, int]:
-        """Windows along H and W (ceil), checked against ``pad_to_window``. Written as ceil-divisions so
-        torch.compile's dynamic shapes stay simple (Hp = nh * ws rather than H + (-H) % ws)."""
-        ws = self.window_size
-        nh, nw = (height + ws - 1) // ws, (width + ws - 1) // ws
-        if (nh * ws != height or nw * ws != width) and not self.pad_to_window:
-            why = 'is smaller than' if height < ws or width < ws else 'is not divisible by'
-            raise ValueError(
-                f'Feature map {height}x{width} {why} window_size {ws} and pad_to_window=False: use '
-                f'pad_to_window=True (pads and masks) or a window_size that divides every stage\'s map.')
-        return nh, nw
-
-    def _attn_mask(self, height: int, width: int, nh: int, nw: int, dtype: torch.dtype) -> torch.Tensor:
-        """Bias (1, 1, N, N), or bias plus -inf on padded keys (num_windows, 1, N, N)."""
-        bias = self.relative_position_bias().to(dtype)
-        ws = self.window_size
-        if nh * ws == height and nw * ws == width:
-            return bias[None, None]
-        rows = torch.arange(nh * ws, device=bias.device) < height
-        cols = torch.arange(nw * ws, device=bias.device) < width
-        valid = (rows[:, None] & cols[None, :])[None, :, :, None]  # (1, Hp, Wp, 1)
-        valid_keys = _partition(valid, ws, nh, nw)  # (1, nW, N, 1)
-        return bias.masked_fill(~valid_keys.reshape(nh * nw, 1, 1, ws * ws), float('-inf'))
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, _, H, W = x.shape
-        ws = self.window_size
-        nh, nw = self._num_windows(H, W)
-        x = x.permute(0, 2, 3, 1)
-        if nh * ws != H or nw * ws != W:
-            x = F.pad(x, (0, 0, 0, nw * ws - W, 0, nh * ws - H))
-
-        q, k, v = self.qkv(_partition(x, ws, nh, nw)).reshape(
-            B, nh * nw, ws * ws, 3, self.num_heads, self.head_dim).permute(3, 0, 1, 4, 2, 5).unbind(0)
-        mask = self._attn_mask(H, W, nh, nw, q.dtype)  # each of q, k, v: (B, nW, heads, N, head_dim)
-        x = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.)
-
-        x = _merge(x.transpose(2, 3).reshape(B, nh * nw, ws * ws, -1), ws, nh, nw)[:, :H, :W]
-        x = self.proj_drop(self.proj(x))
-        return x.permute(0, 3, 1, 2)
-
-
-def _partition(x: torch.Tensor, ws: int, nh: int, nw: int) -> torch.Tensor:
-    """(B, nh*ws, nw*ws, C) -> (B, nh*nw, ws*ws, C), windows row-major. Explicit counts keep shapes simple
-    for torch.compile's dynamic shapes (timm's window_partition infers them with -1)."""
-    B, C = x.shape[0], x.shape[-1]
-    return x.reshape(B, nh, ws, nw, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(B, nh * nw, ws * ws, C)
-
-
-def _merge(windows: torch.Tensor, ws: int, nh: int, nw: int) -> torch.Tensor:
-    """Inverse of ``_partition``: (B, nh*nw, ws*ws, C) -> (B, nh*ws, nw*ws, C)."""
-    B, C = windows.shape[0], windows.shape[-1]
-    return windows.reshape(B, nh, nw, ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(B, nh * ws, nw * ws, C)
+        n, heads, head_dim = self.window_size * self.window_size, self.num_heads, self.head_dim
+        tokens = window_partition_nchw(x, self.window_size, self.pad_to_window)  # (B * nW * N, C)
+        qkv = self.qkv(tokens).view(-1, n, 3, heads, head_dim)
+        mask = window_attention_mask(self.relative_position_bias().to(qkv.dtype), x, self.window_size)
+        if self.training:
+            # the bias needs its gradient, which the fused CPU kernel does not give: explicit softmax on
+            # contiguous (B * nW * heads, N, head_dim) operands (one copy of q, k, v), faster than SDPA's fallback
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).reshape(3, -1, n, head_dim).unbind(0)
+            attn = torch.add(mask, torch.bmm(q, k.transpose(1, 2)).view(-1, heads, n, n), alpha=head_dim ** -0.5)
+            attn = self.attn_drop(attn.softmax(dim=-1))
+            out = torch.bmm(attn.view(-1, n, n), v).view(-1, heads, n, head_dim)
+        else:
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B * nW, heads, N, head_dim) views
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out = self.proj_drop(self.proj(out.transpose(1, 2).reshape(tokens.shape[0], -1)))
+        return window_reverse_nchw(out, x, self.window_size)

@@ -5,9 +5,9 @@ weights raises, instead of silently returning a randomly initialised model.
 """
 from typing import Any, Callable, Dict
 
+import torch.nn as nn
 from timm.models import build_model_with_cfg
 from timm.models._builder import resolve_pretrained_cfg
-from torch import nn
 
 __all__ = ['build_timm_ext_model']
 

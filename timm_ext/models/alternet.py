@@ -17,17 +17,16 @@ one MSA at the end of stages 2 and 3, two in stage 4). Official checkpoints load
 ``checkpoint_filter_fn`` (see ``timm_ext.models.alternet_convert``).
 """
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
+import torch.nn as nn
 from timm.layers import BatchNormAct2d, ClassifierHead, DropPath, calculate_drop_path_rates, create_conv2d
 from timm.models import generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint_seq
 from timm.models.resnetv2 import DownsampleConv, PreActBasic, PreActBottleneck
-from torch import nn
 
 from timm_ext.layers.window_attention import WindowAttention2d
 from timm_ext.models._builder import build_timm_ext_model
@@ -41,7 +40,7 @@ CIFAR100_STD = (0.2675, 0.2565, 0.2761)
 # ResNet depth -> (Conv block type, blocks per stage, default MSA blocks per stage = the official code's).
 # The last stage has one block more than ResNet's (paper App. E: "We add one CNN block to the last stage
 # of ResNet to make the number of blocks even").
-_DEPTHS: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {
+_DEPTHS: Dict[int, Tuple[str, Tuple[int, ...], Tuple[int, ...]]] = {
     18: ('basic', (2, 2, 2, 2), (0, 1, 1, 1)),
     34: ('basic', (3, 4, 6, 4), (0, 1, 3, 2)),
     50: ('bottleneck', (3, 4, 6, 4), (0, 1, 3, 2)),
@@ -52,7 +51,7 @@ _BLOCK_TYPES = {'basic': (PreActBasic, 1.0), 'bottleneck': (PreActBottleneck, 0.
 _STEM_TYPES = ('imagenet', 'cifar')
 
 
-def alternet_msa_indices(num_blocks: int, num_msa: int) -> tuple[int, ...]:
+def alternet_msa_indices(num_blocks: int, num_msa: int) -> Tuple[int, ...]:
     """Indices of the MSA blocks in a stage: alternating with Conv blocks from the end (..., C, M, C, M)."""
     if not 0 <= 2 * num_msa <= num_blocks:
         raise ValueError(
@@ -111,18 +110,17 @@ class AlterNetStage(nn.Module):
             block_fn: Callable[..., nn.Module],
             bottle_ratio: float,
             block_dpr: Sequence[float],
-            conv_kwargs: dict[str, Any],
-            msa_kwargs: dict[str, Any],
+            conv_kwargs: Dict[str, Any],
+            msa_kwargs: Dict[str, Any],
             device=None,
             dtype=None,
     ) -> None:
         dd = {'device': device, 'dtype': dtype}
         super().__init__()
         self.grad_checkpointing = False
-        self.msa_indices = tuple(msa_indices)
         blocks = []
         for i in range(depth):
-            if i in self.msa_indices:
+            if i in msa_indices:
                 blocks.append(LocalMsaBlock(
                     out_chs, bottle_ratio=bottle_ratio, drop_path_rate=block_dpr[i], **msa_kwargs, **dd))
                 continue
@@ -149,12 +147,19 @@ def _create_stem(stem_type: str, in_chans: int, out_chs: int, **dd) -> nn.Sequen
     ))
 
 
-def _check_args(depth, layers, msa_blocks, num_heads, channels, window_size, stem_type) -> tuple[tuple, tuple]:
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_args(
+        depth, layers, msa_blocks, num_heads, head_dim, channels, window_size, stem_type) -> Tuple[tuple, tuple]:
     """Resolve ``layers`` / ``msa_blocks`` from ``depth`` and reject what would build a wrong model."""
     if depth not in _DEPTHS:
         raise ValueError(f'Unknown AlterNet depth {depth!r}: choose one of {", ".join(map(str, _DEPTHS))}.')
     layers = tuple(_DEPTHS[depth][1] if layers is None else layers)
     msa_blocks = tuple(_DEPTHS[depth][2] if msa_blocks is None else msa_blocks)
+    if not isinstance(num_heads, Sequence):
+        raise ValueError(f'num_heads must be a sequence with one entry per stage, got {num_heads!r}.')
     for name, value in (('msa_blocks', msa_blocks), ('num_heads', num_heads), ('channels', channels)):
         if value is not None and len(value) != len(layers):
             raise ValueError(f'{name}={tuple(value)} needs one entry per stage ({len(layers)} stages: {layers}).')
@@ -163,8 +168,12 @@ def _check_args(depth, layers, msa_blocks, num_heads, channels, window_size, ste
             raise ValueError(
                 f'msa_blocks={tuple(msa_blocks)}: stage {stage_idx + 1} has {n} blocks, which fits at most '
                 f'{n // 2} MSA blocks (each MSA block follows a Conv block), got {m}.')
-    if any(msa_blocks) and (not isinstance(window_size, int) or window_size < 1):
-        raise ValueError(f'window_size must be a positive int, got {window_size!r}.')
+    if any(msa_blocks):
+        for name, value in (('window_size', window_size), ('head_dim', head_dim)):
+            if not _is_positive_int(value):
+                raise ValueError(f'{name} must be a positive int, got {value!r}.')
+        if not all(_is_positive_int(h) for h in num_heads):
+            raise ValueError(f'num_heads must be positive ints, one per stage, got {tuple(num_heads)!r}.')
     if stem_type not in _STEM_TYPES:
         raise ValueError(f'Unknown stem_type {stem_type!r}: choose one of {", ".join(_STEM_TYPES)}.')
     return layers, msa_blocks
@@ -191,9 +200,9 @@ class AlterNet(nn.Module):
     def __init__(
             self,
             depth: int = 50,
-            layers: Sequence[int] | None = None,
-            msa_blocks: Sequence[int] | None = None,
-            channels: Sequence[int] | None = None,
+            layers: Optional[Sequence[int]] = None,
+            msa_blocks: Optional[Sequence[int]] = None,
+            channels: Optional[Sequence[int]] = None,
             num_heads: Sequence[int] = (3, 6, 12, 24),
             head_dim: int = 64,
             window_size: int = 7,
@@ -211,14 +220,13 @@ class AlterNet(nn.Module):
     ) -> None:
         dd = {'device': device, 'dtype': dtype}
         super().__init__()
-        layers, msa_blocks = _check_args(depth, layers, msa_blocks, num_heads, channels, window_size, stem_type)
+        layers, msa_blocks = _check_args(
+            depth, layers, msa_blocks, num_heads, head_dim, channels, window_size, stem_type)
         block_fn, bottle_ratio = _BLOCK_TYPES[_DEPTHS[depth][0]]
         channels = tuple(channels or (int(c / bottle_ratio) for c in (64, 128, 256, 512)))
         self.num_classes = num_classes
         self.in_chans = in_chans
-        self.drop_rate = drop_rate
         self.msa_blocks = tuple(msa_blocks)
-        self.grad_checkpointing = False
 
         norm_act_layer = partial(BatchNormAct2d, act_layer='relu')
         self.stem = _create_stem(stem_type, in_chans, stem_chs, **dd)
@@ -247,11 +255,11 @@ class AlterNet(nn.Module):
         self.head = ClassifierHead(prev_chs, num_classes, pool_type=global_pool, drop_rate=drop_rate, **dd)
 
     @torch.jit.ignore
-    def no_weight_decay(self) -> set:
+    def no_weight_decay(self) -> Set[str]:
         return {n for n, _ in self.named_parameters() if 'relative_position_bias_table' in n}
 
     @torch.jit.ignore
-    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         return dict(
             stem=r'^stem',
             blocks=r'^stages\.(\d+)' if coarse else [
@@ -262,7 +270,6 @@ class AlterNet(nn.Module):
 
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
         for stage in self.stages:
             stage.grad_checkpointing = enable
 
@@ -270,19 +277,19 @@ class AlterNet(nn.Module):
     def get_classifier(self) -> nn.Module:
         return self.head.fc
 
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
         self.num_classes = num_classes
         self.head.reset(num_classes, global_pool)
 
     def forward_intermediates(
             self,
             x: torch.Tensor,
-            indices: int | list[int] | None = None,
+            indices: Optional[Union[int, List[int]]] = None,
             norm: bool = False,
             stop_early: bool = False,
             output_fmt: str = 'NCHW',
             intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
         """ Forward features that returns the output of the chosen stages (index i = stage i + 1).
 
         Args:
@@ -315,10 +322,10 @@ class AlterNet(nn.Module):
 
     def prune_intermediate_layers(
             self,
-            indices: int | list[int] = 1,
+            indices: Union[int, List[int]] = 1,
             prune_norm: bool = False,
             prune_head: bool = True,
-    ) -> list[int]:
+    ) -> List[int]:
         """ Drop the stages (and optionally norm and head) not needed for ``indices``. """
         take_indices, max_index = feature_take_indices(len(self.stages), indices)
         self.stages = self.stages[:max_index + 1]
@@ -340,7 +347,7 @@ class AlterNet(nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-def checkpoint_filter_fn(state_dict: dict[str, Any], model: AlterNet) -> dict[str, torch.Tensor]:
+def checkpoint_filter_fn(state_dict: Dict[str, Any], model: AlterNet) -> Dict[str, torch.Tensor]:
     """Accept our layout as is and the official code's layout (a bare or ``{'state_dict': ...}`` checkpoint)."""
     if 'state_dict' in state_dict and not torch.is_tensor(state_dict['state_dict']):
         state_dict = state_dict['state_dict']
@@ -360,7 +367,7 @@ def _create_alternet(variant: str, pretrained: bool = False, **kwargs) -> AlterN
     )
 
 
-def _cfg(url: str = '', **kwargs) -> dict[str, Any]:
+def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
     return {
         'url': url,
         'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
@@ -372,7 +379,7 @@ def _cfg(url: str = '', **kwargs) -> dict[str, Any]:
     }
 
 
-def _cifar_cfg(**kwargs) -> dict[str, Any]:
+def _cifar_cfg(**kwargs) -> Dict[str, Any]:
     return _cfg(
         num_classes=100, input_size=(3, 32, 32), pool_size=(4, 4), crop_pct=1.0,
         mean=CIFAR100_MEAN, std=CIFAR100_STD, **kwargs)

@@ -16,11 +16,10 @@ Layout differences handled here (official -> ours):
 A ``module.`` prefix (DataParallel) and a ``{'state_dict': ...}`` wrapper are accepted.
 """
 import re
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
-from torch import nn
+import torch.nn as nn
 
 __all__ = ['convert_official_alternet', 'is_official_alternet_state_dict']
 
@@ -52,7 +51,7 @@ def _strip_module(key: str) -> str:
     return key[len('module.'):] if key.startswith('module.') else key
 
 
-def _rename(key: str) -> str | None:
+def _rename(key: str) -> Optional[str]:
     """Our key for an official key whose tensor only needs renaming (1x1 convs are reshaped later)."""
     if key == 'layer0.layer0.0.weight':
         return 'stem.conv.weight'
@@ -72,18 +71,18 @@ def _rename(key: str) -> str | None:
     return None
 
 
-def _as_linear(weight: torch.Tensor) -> torch.Tensor | None:
+def _as_linear(weight: torch.Tensor) -> Optional[torch.Tensor]:
     """A 1x1 conv weight (out, in, 1, 1) as a Linear weight (out, in); None if it is not 1x1."""
     if weight.ndim != 4 or tuple(weight.shape[2:]) != (1, 1):
         return None
     return weight.reshape(weight.shape[0], weight.shape[1])
 
 
-def _shape(t: torch.Tensor) -> tuple[int, ...]:
+def _shape(t: torch.Tensor) -> Tuple[int, ...]:
     return tuple(t.shape)
 
 
-def _listing(title: str, items: list[str]) -> list[str]:
+def _listing(title: str, items: List[str]) -> List[str]:
     if not items:
         return []
     shown = items[:_MAX_LISTED] + ([f'... and {len(items) - _MAX_LISTED} more'] if len(items) > _MAX_LISTED else [])
@@ -93,7 +92,7 @@ def _listing(title: str, items: list[str]) -> list[str]:
 def convert_official_alternet(
         state_dict: Mapping[str, Any],
         model: nn.Module,
-) -> dict[str, torch.Tensor]:
+) -> Dict[str, torch.Tensor]:
     """ Official AlterNet state_dict -> a state_dict that ``model.load_state_dict(..., strict=True)`` accepts.
 
     ``model`` must be built like the checkpoint's model (depth, msa_blocks, window_size, num_classes,
@@ -102,10 +101,9 @@ def convert_official_alternet(
     if 'state_dict' in state_dict and not torch.is_tensor(state_dict['state_dict']):
         state_dict = state_dict['state_dict']
     target = model.state_dict()
-    converted: dict[str, torch.Tensor] = {}
-    sources: dict[str, str] = {}
+    converted: Dict[str, torch.Tensor] = {}
     unknown, unused, bad_shapes = [], [], []
-    qkv_parts: dict[str, dict[str, tuple[str, torch.Tensor]]] = {}
+    qkv_parts: Dict[str, Dict[str, Tuple[str, torch.Tensor]]] = {}
 
     def put(new_key: str, value: torch.Tensor, source: str) -> None:
         if new_key not in target:
@@ -115,7 +113,6 @@ def convert_official_alternet(
                               f'converted {_shape(value)}, model expects {_shape(target[new_key])}')
         else:
             converted[new_key] = value.detach().clone()
-            sources[new_key] = source
 
     state_dict_raw = {_strip_module(k): v for k, v in state_dict.items()}
     for key, value in state_dict_raw.items():

@@ -7,7 +7,7 @@ timm's ``MlpMixer`` with CB at the end of the channel-mixing MLP (``mlp_channels
 blocks; the token-mixing MLP is unchanged. What is ours: the paper does not say which Mixer blocks
 get CB; ``mixer_s16_cb`` puts it in all 8 blocks; ``cb_layers=`` overrides.
 """
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Set
 
 import torch
 from timm.models import generate_default_cfgs, register_model
@@ -15,7 +15,14 @@ from timm.models.mlp_mixer import MlpMixer
 from timm.models.mlp_mixer import checkpoint_filter_fn as _mixer_checkpoint_filter_fn
 
 from timm_ext.models._builder import build_timm_ext_model
-from timm_ext.models.cb_retrofit import CBLayers, add_context_broadcast, fill_missing_cb_scales, resolve_cb_layers
+from timm_ext.models.cb_retrofit import (
+    CBLayers,
+    add_context_broadcast,
+    cb_scale_names,
+    check_cb_init,
+    fill_missing_cb_scales,
+    resolve_cb_layers,
+)
 
 __all__ = ['MlpMixerCB']  # model_registry will add each entrypoint fn to this
 
@@ -28,12 +35,18 @@ class MlpMixerCB(MlpMixer):
             *args,
             cb_layers: CBLayers = 'all',
             cb_scaled: bool = False,
-            cb_init: float = 1.0,
+            cb_init: Optional[float] = None,
             **kwargs,
     ) -> None:
+        check_cb_init(cb_init, cb_scaled)
         super().__init__(*args, **kwargs)
         self.cb_layers = resolve_cb_layers(cb_layers, len(self.blocks))
         add_context_broadcast(self, layers=self.cb_layers, scaled=cb_scaled, init_value=cb_init)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        """The CB_S scales (empty for plain CB): a Mixer has no position embedding or class token to exempt."""
+        return cb_scale_names(self)
 
 
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: MlpMixer) -> Dict[str, torch.Tensor]:

@@ -9,29 +9,41 @@ does not say which PiT blocks get CB; ``pit_b_cb`` puts it in every block of all
 token(s) too, as in the ViT models. timm's PiT has neither gradient checkpointing nor a
 ``group_matcher``; the subclass adds both so PiT-CB trains like timm's other models.
 """
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Set
 
 import torch
+import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import checkpoint_seq, generate_default_cfgs, register_model
 from timm.models.pit import PoolingVisionTransformer
 from timm.models.pit import checkpoint_filter_fn as _pit_checkpoint_filter_fn
-from torch import nn
 
 from timm_ext.models._builder import build_timm_ext_model
-from timm_ext.models.cb_retrofit import CBLayers, add_context_broadcast, fill_missing_cb_scales, resolve_cb_layers
+from timm_ext.models.cb_retrofit import (
+    CBLayers,
+    add_context_broadcast,
+    cb_scale_names,
+    check_cb_init,
+    fill_missing_cb_scales,
+    resolve_cb_layers,
+)
 
 __all__ = ['PoolingVisionTransformerCB']  # model_registry will add each entrypoint fn to this
 
 
 class _CheckpointableBlocks(nn.Sequential):
     """The blocks of one PiT stage, re-computed in backward when ``grad_checkpointing`` is on."""
-    grad_checkpointing: bool = False
+
+    def __init__(self, *blocks: nn.Module) -> None:
+        super().__init__(*blocks)
+        self.grad_checkpointing = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.grad_checkpointing and not torch.jit.is_scripting():
             return checkpoint_seq(self, x)
-        return super().forward(x)
+        for block in self:  # nn.Sequential's loop (TorchScript cannot call super().forward)
+            x = block(x)
+        return x
 
 
 class PoolingVisionTransformerCB(PoolingVisionTransformer):
@@ -42,10 +54,11 @@ class PoolingVisionTransformerCB(PoolingVisionTransformer):
             *args,
             cb_layers: CBLayers = 'all',
             cb_scaled: bool = False,
-            cb_init: float = 1.0,
+            cb_init: Optional[float] = None,
             cb_patch_mean: bool = False,
             **kwargs,
     ) -> None:
+        check_cb_init(cb_init, cb_scaled)
         super().__init__(*args, **kwargs)
         for stage in self.transformers:
             stage.blocks = _CheckpointableBlocks(*stage.blocks)
@@ -69,6 +82,11 @@ class PoolingVisionTransformerCB(PoolingVisionTransformer):
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         for stage in self.transformers:
             stage.blocks.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        """timm's PiT set plus the CB_S scales (1-D, so timm's factory already skips them; named for clarity)."""
+        return set(super().no_weight_decay()) | cb_scale_names(self)
 
 
 def checkpoint_filter_fn(

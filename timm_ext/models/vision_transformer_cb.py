@@ -11,7 +11,8 @@ What is ours: the CB layer choice. The paper's best setting puts CB in the "uppe
 listing them; ``vit_*_cb`` use the second half of the blocks (6..11 of 12), ``vit_*_cb_all`` every
 block (the paper's CB-dagger) and ``vit_*_cbs`` CB_S in every block. ``cb_layers=`` overrides.
 """
-from typing import Any, Dict
+from functools import partial
+from typing import Any, Dict, Optional, Set
 
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
@@ -20,7 +21,14 @@ from timm.models.vision_transformer import VisionTransformer
 
 from timm_ext.models._builder import build_timm_ext_model
 from timm_ext.models._stem import apply_stem_kwargs, vit_stem_checkpoint_filter_fn
-from timm_ext.models.cb_retrofit import CBLayers, add_context_broadcast, fill_missing_cb_scales, resolve_cb_layers
+from timm_ext.models.cb_retrofit import (
+    CBLayers,
+    add_context_broadcast,
+    cb_scale_names,
+    check_cb_init,
+    fill_missing_cb_scales,
+    resolve_cb_layers,
+)
 
 __all__ = ['VisionTransformerCB']  # model_registry will add each entrypoint fn to this
 
@@ -31,7 +39,7 @@ class VisionTransformerCB(VisionTransformer):
     Args (besides VisionTransformer's):
         cb_layers: 'all', 'upper' (second half of the blocks) or a list of block indices.
         cb_scaled: CB_S (learnable per-channel Lambda) instead of CB.
-        cb_init: initial Lambda of CB_S (see ``timm_ext.layers.ContextBroadcast``).
+        cb_init: initial Lambda of CB_S (default 1.0, see ``timm_ext.layers.ContextBroadcast``); CB_S only.
         cb_patch_mean: average only the patch tokens (the class/register tokens still receive it).
     """
 
@@ -40,19 +48,29 @@ class VisionTransformerCB(VisionTransformer):
             *args,
             cb_layers: CBLayers = 'all',
             cb_scaled: bool = False,
-            cb_init: float = 1.0,
+            cb_init: Optional[float] = None,
             cb_patch_mean: bool = False,
             **kwargs,
     ) -> None:
+        check_cb_init(cb_init, cb_scaled)
         super().__init__(*args, **kwargs)
         self.cb_layers = resolve_cb_layers(cb_layers, len(self.blocks))
         add_context_broadcast(
             self, layers=self.cb_layers, scaled=cb_scaled, init_value=cb_init, patch_mean=cb_patch_mean)
 
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        """timm's ViT set plus the CB_S scales (1-D, so timm's factory already skips them; named for clarity)."""
+        return super().no_weight_decay() | cb_scale_names(self)
 
-def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTransformer) -> Dict[str, torch.Tensor]:
+
+def checkpoint_filter_fn(
+        state_dict: Dict[str, torch.Tensor],
+        model: VisionTransformer,
+        strict: bool = True,
+) -> Dict[str, torch.Tensor]:
     """timm's ViT filter (foreign layouts, resampling, stem mismatch), then CB_S scales a base ViT lacks."""
-    state_dict = vit_stem_checkpoint_filter_fn(state_dict, model)
+    state_dict = vit_stem_checkpoint_filter_fn(state_dict, model, strict=strict)
     return fill_missing_cb_scales(state_dict, model)
 
 
@@ -63,7 +81,7 @@ def _create_vision_transformer_cb(variant: str, pretrained: bool = False, **kwar
         VisionTransformerCB,
         variant,
         pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
+        pretrained_filter_fn=partial(checkpoint_filter_fn, strict=kwargs.get('pretrained_strict', True)),
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
         **kwargs,
     )

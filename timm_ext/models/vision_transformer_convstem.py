@@ -12,8 +12,11 @@ unchanged, so every key but ``patch_embed.*`` is timm's. DeiT-S_c has 23,412,136
 ``timm.create_model('vit_small_convstem', stem='3conv_3relu_1proj')``; the CB ViTs take the same
 kwarg. Fine-tuning from patchify ViT weights loads everything except the stem (reported in one
 warning): ``pretrained=True, pretrained_cfg_overlay=dict(file='vit_small_patch16_224.safetensors')``.
+A checkpoint of another conv-stem variant or width raises, naming both stems (timm's
+``pretrained_strict=False`` opts in to keeping this model's stem).
 """
-from typing import Any
+from functools import partial
+from typing import Any, Dict
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import generate_default_cfgs, register_model
@@ -34,13 +37,13 @@ def _create_vit_convstem(variant: str, pretrained: bool = False, **kwargs) -> Vi
         VisionTransformer,
         variant,
         pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
+        pretrained_filter_fn=partial(checkpoint_filter_fn, strict=kwargs.get('pretrained_strict', True)),
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
         **kwargs,
     )
 
 
-def _cfg(url: str = '', **kwargs) -> dict[str, Any]:
+def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
     return {
         'url': url,
         'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None,

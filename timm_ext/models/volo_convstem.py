@@ -8,7 +8,8 @@ strides (2, 1, 1, 4), 64 channels). ``VOLOConvStem`` swaps it for a ``ConvStemPa
 stem row is one ``stem=`` name away; the full stem keeps VOLO's exact keys, so timm's
 ``volo_d1_224`` weights load into ``volo_d1_convstem`` unchanged.
 """
-from typing import Any
+from functools import partial
+from typing import Any, Dict, List, Optional
 
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
@@ -31,12 +32,12 @@ class VOLOConvStem(VOLO):
 
     def __init__(
             self,
-            layers: list[int],
+            layers: List[int],
             img_size: int = 224,
             in_chans: int = 3,
             patch_size: int = 8,
             stem_hidden_dim: int = 64,
-            embed_dims: list[int] | None = None,
+            embed_dims: Optional[List[int]] = None,
             stem: str = 'conv',
             device=None,
             dtype=None,
@@ -51,10 +52,15 @@ class VOLOConvStem(VOLO):
         self.patch_embed = patch_embed
 
 
-def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: VOLOConvStem) -> dict[str, torch.Tensor]:
-    """Unwrap a training checkpoint; keep this model's stem where the checkpoint's does not fit (warned)."""
+def checkpoint_filter_fn(
+        state_dict: Dict[str, torch.Tensor],
+        model: VOLOConvStem,
+        strict: bool = True,
+) -> Dict[str, torch.Tensor]:
+    """Unwrap a training checkpoint; a patchify <-> conv stem mismatch keeps this model's stem (warned),
+    any other stem mismatch raises unless ``strict=False`` (timm's ``pretrained_strict``)."""
     state_dict = state_dict.get('model', state_dict.get('state_dict', state_dict))
-    return reconcile_stem_keys(state_dict, model)
+    return reconcile_stem_keys(state_dict, model, strict=strict)
 
 
 def _create_volo_convstem(variant: str, pretrained: bool = False, **kwargs) -> VOLOConvStem:
@@ -65,13 +71,13 @@ def _create_volo_convstem(variant: str, pretrained: bool = False, **kwargs) -> V
         VOLOConvStem,
         variant,
         pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
+        pretrained_filter_fn=partial(checkpoint_filter_fn, strict=kwargs.get('pretrained_strict', True)),
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
         **kwargs,
     )
 
 
-def _cfg(url: str = '', **kwargs) -> dict[str, Any]:
+def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
     return {
         'url': url,
         'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None,

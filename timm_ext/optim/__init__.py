@@ -4,8 +4,8 @@
 (and a train.py recipe's ``opt:``) build it under the names listed in ``sam_factory``.
 """
 from timm_ext.optim.sam import SAM
-from timm_ext.optim.sam_factory import SAM_BASES, create_sam, list_sam_bases, register_sam_optimizers
+from timm_ext.optim.sam_factory import ASAM_RHO, SAM_BASES, SAM_RHO, create_sam, list_sam_bases, register_sam_optimizers
 
 register_sam_optimizers()
 
-__all__ = ['SAM', 'SAM_BASES', 'create_sam', 'list_sam_bases', 'register_sam_optimizers']
+__all__ = ['ASAM_RHO', 'SAM', 'SAM_BASES', 'SAM_RHO', 'create_sam', 'list_sam_bases', 'register_sam_optimizers']

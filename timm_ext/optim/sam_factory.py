@@ -13,16 +13,29 @@ The base optimizer gets the arguments timm would give it for its own name (its d
 only if it has one, eps/betas only if it takes them); ``rho``, ``adaptive``, ``eta``,
 ``clip_grad`` and ``clip_mode`` go to SAM. timm's ``lookahead_`` prefix still applies
 (``lookahead_samadamw``), as do layer decay and every parameter-group option of the factory.
+
+The model: timm's factory hands an optimizer class only the parameter groups. SAM also needs the
+module (its buffers keep their first-pass values; AGC leaves its head out), so ``create_sam`` takes
+``model=`` and, when it is left out, uses the ``nn.Module`` that ``create_optimizer_v2`` itself was
+called with (read from that call's frame, found by its code object: no guess, and nothing when SAM
+is built another way, where SAM warns once if it ever needs a model it was not given).
+
+Default radius: ``rho=0.05`` for ``sam*`` and ``rho=0.5`` for ``asam*``, the values the ASAM
+authors give for CIFAR-10 (README of github.com/SamsungLabs/ASAM, "Train Examples (CIFAR)": ASAM
+``--rho 0.5`` on CIFAR-10 and 1.0 on CIFAR-100; SAM 0.05 and 0.10). ASAM's radius is measured in
+units of ``|w| + eta``, so SAM's value is no guide for it.
 """
+import sys
 from functools import partial
 from typing import Any, List, Optional
 
+import torch.nn as nn
 from timm.optim import OptimInfo, get_optimizer_class, get_optimizer_info, list_optimizers
 from timm.optim._optim_factory import OptimizerRegistry, default_registry
 
 from timm_ext.optim.sam import SAM
 
-__all__ = ['SAM_BASES', 'create_sam', 'list_sam_bases', 'register_sam_optimizers']
+__all__ = ['ASAM_RHO', 'SAM_BASES', 'SAM_RHO', 'create_sam', 'list_sam_bases', 'register_sam_optimizers']
 
 # bases that get a combined name (``sam<base>`` and ``asam<base>``); any other one works via ``base=``
 SAM_BASES = (
@@ -30,6 +43,8 @@ SAM_BASES = (
     'lamb', 'lars', 'lion', 'adan', 'adopt',
 )
 _SAM_PREFIXES = ('sam', 'asam')
+SAM_RHO = 0.05
+ASAM_RHO = 0.5  # SamsungLabs/ASAM README, CIFAR-10 (see the module docstring)
 
 
 def list_sam_bases() -> List[str]:
@@ -43,17 +58,40 @@ def list_sam_bases() -> List[str]:
     return names
 
 
+def _model_given_to_factory(base_optimizer) -> Optional[nn.Module]:
+    """The module ``create_optimizer_v2`` (timm's registry) was called with, if SAM is being built inside it
+    and that module owns the optimizer's parameters."""
+    factory_code = OptimizerRegistry.create_optimizer.__code__
+    frame = sys._getframe(1)
+    try:
+        while frame is not None and frame.f_code is not factory_code:
+            frame = frame.f_back
+        model = frame.f_locals.get('model_or_params') if frame is not None else None
+    finally:
+        del frame
+    if not isinstance(model, nn.Module):
+        return None
+    ids = {id(p) for p in model.parameters()}
+    params = [p for group in base_optimizer.param_groups for p in group['params']]
+    return model if any(id(p) in ids for p in params) else None
+
+
 def create_sam(
         params: Any,
         base: Optional[str] = None,
-        rho: float = 0.05,
+        rho: Optional[float] = None,
         adaptive: bool = False,
         eta: float = 0.01,
         clip_grad: Optional[float] = None,
         clip_mode: str = 'norm',
+        model: Optional[nn.Module] = None,
         **base_kwargs: Any,
 ) -> SAM:
-    """Build ``base`` (a timm optimizer name) over ``params`` the way timm's factory would, wrapped in SAM."""
+    """Build ``base`` (a timm optimizer name) over ``params`` the way timm's factory would, wrapped in SAM.
+
+    ``rho`` defaults to 0.05 (SAM) or 0.5 (ASAM, ``adaptive=True``); ``model`` defaults to the module
+    given to ``create_optimizer_v2``.
+    """
     if base is None:
         raise ValueError(
             'SAM needs a base optimizer: use a combined name such as opt="samadamw" or pass base=<name> '
@@ -62,6 +100,10 @@ def create_sam(
     valid = list_sam_bases()
     if name not in valid:
         raise ValueError(f'Unknown base optimizer {base!r} for SAM; valid names: ' + ', '.join(valid))
+    if model is not None and not isinstance(model, nn.Module):
+        raise ValueError(f'SAM model must be an nn.Module or None, got {type(model).__name__}')
+    if rho is None:
+        rho = ASAM_RHO if adaptive else SAM_RHO
     info = get_optimizer_info(name)
     kwargs = dict(base_kwargs)
     for key, value in (info.defaults or {}).items():
@@ -75,7 +117,10 @@ def create_sam(
     if not info.has_betas:
         kwargs.pop('betas', None)
     base_optimizer = get_optimizer_class(info, bind_defaults=False)(params, **kwargs)
-    return SAM(base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode)
+    if model is None:
+        model = _model_given_to_factory(base_optimizer)
+    return SAM(base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode,
+               model=model)
 
 
 def register_sam_optimizers(registry: OptimizerRegistry = default_registry) -> None:

@@ -3,51 +3,72 @@
 timm's train.py (task API, timm >= 1.0.23) runs ``loss = task(input, target)['loss']`` under its
 autocast context, back-propagates, and calls ``optimizer.step()`` (or ``loss_scaler(...)``, which
 calls ``GradScaler.step(optimizer)``) without a closure. SAM needs a second forward-backward at the
-perturbed weights, so each SAM optimizer keeps a :class:`TaskRecorder` that remembers the task's
-calls since the last step and re-runs them.
+perturbed weights, so each SAM optimizer owns a :class:`TaskRecorder` that remembers the task's
+calls of the current step and re-runs them.
 
-How the task is found, and what it costs:
+A recorder has four states, and every reference it holds is dropped in one place per transition:
 
-* Nothing is installed until a SAM optimizer exists: a process without SAM pays nothing.
-* Creating a SAM installs one global ``nn.Module`` forward hook that looks for the first
-  ``timm.task.TrainingTask`` whose trainable module owns the optimizer's parameters. On that first
-  call it registers a forward hook on that task only and removes the global hook, so afterwards
-  the cost is one small hook call per task call. Using ``step(closure)`` or ``first_step()``
-  removes the global hook too (such loops never need a replay).
-* Calls are recorded only with grad enabled and not during a replay; the record (the input and
-  target tensors, the autocast state) is dropped at every SAM step, so nothing is held across
-  steps. With gradient accumulation the record holds the window's micro-batches until the step.
+* ``UNBOUND``: just created; holds nothing.
+* ``WAITING``: looking for the ``timm.task.TrainingTask`` whose trainable module owns the optimizer's
+  parameters. While at least one recorder waits, ``TrainingTask.__call__`` is wrapped by a function
+  that offers each called task to the waiting recorders; the class is restored as soon as nobody
+  waits. No ``nn.Module`` global hook is ever installed (torch warns on every later
+  ``torch.compile`` once one has existed), and tasks of other classes and plain modules are untouched.
+* ``BOUND``: a forward pre-hook on that one task records each call made with grad enabled: its
+  arguments, autocast state and random-generator state (so the replay draws the same dropout and
+  drop-path masks). The record holds one accumulation window: it is handed over at every SAM step,
+  and emptied when a call starts a new window (the optimizer's gradients are all ``None``, as after
+  ``zero_grad()``), so even a recorder whose optimizer never steps holds one window at most.
+  The task is held weakly; if it is collected the recorder waits again.
+* ``CLOSED``: final. No hook, no record, no task. Reached when the optimizer is driven by a closure
+  or by ``first_step()``/``second_step()`` (those never need a replay), when a newer SAM over the
+  same parameters binds to the same task (the older optimizer is stale), or when the optimizer
+  is garbage-collected.
 """
+import enum
+import itertools
 import warnings
 import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-__all__ = ['TaskCall', 'TaskRecorder']
+from timm_ext.optim._compat import autocast_state
+from timm_ext.optim.rng import RngState, cuda_devices_of
+
+__all__ = ['RecorderState', 'TaskCall', 'TaskRecorder', 'is_watching']
 
 
 @dataclass
 class TaskCall:
-    """One call of the training task: its arguments and the autocast state it ran under."""
+    """One call of the training task: its arguments and the autocast and RNG state it ran under."""
     args: Tuple[Any, ...]
     kwargs: Dict[str, Any] = field(default_factory=dict)
+    rng: Optional[RngState] = None
     device_type: str = 'cpu'
     autocast_enabled: bool = False
     autocast_dtype: Optional[torch.dtype] = None
     autocast_cache: bool = True
 
     @classmethod
-    def capture(cls, args: Tuple[Any, ...], kwargs: Dict[str, Any], device_type: str) -> 'TaskCall':
+    def capture(
+            cls,
+            args: Tuple[Any, ...],
+            kwargs: Dict[str, Any],
+            device_type: str,
+            cuda_devices: Tuple[int, ...] = (),
+    ) -> 'TaskCall':
+        enabled, dtype = autocast_state(device_type)
         return cls(
             args=tuple(args),
             kwargs=dict(kwargs),
+            rng=RngState.capture(cuda_devices),
             device_type=device_type,
-            autocast_enabled=torch.is_autocast_enabled(device_type),
-            autocast_dtype=torch.get_autocast_dtype(device_type),
+            autocast_enabled=enabled,
+            autocast_dtype=dtype,
             autocast_cache=torch.is_autocast_cache_enabled(),
         )
 
@@ -57,136 +78,264 @@ class TaskCall:
             self.device_type, dtype=self.autocast_dtype, enabled=self.autocast_enabled,
             cache_enabled=self.autocast_cache)
 
+    def random_state(self):
+        """The random generators as they were when the original call started."""
+        return self.rng.restored() if self.rng is not None else nullcontext()
+
+
+class RecorderState(enum.Enum):
+    UNBOUND = 'unbound'
+    WAITING = 'waiting'
+    BOUND = 'bound'
+    CLOSED = 'closed'
+
+
+_serials = itertools.count()
+
 
 class TaskRecorder:
-    """Remembers the training task's calls since the last SAM step and replays them."""
+    """Records the training task's calls of the current step for one optimizer, and replays them."""
 
-    def __init__(self, param_source: Callable[[], Iterable[torch.Tensor]]) -> None:
-        self._param_source = param_source
-        self.task: Optional[nn.Module] = None
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer_ref = weakref.ref(optimizer)  # never keeps the optimizer alive
+        self.serial = next(_serials)  # creation order: the newest recorder wins a task
+        self.state = RecorderState.UNBOUND
         self.calls: List[TaskCall] = []
         self.replaying = False
-        self._device_type = 'cpu'
+        self._task_ref: Optional[weakref.ref] = None
         self._handle = None
+        self._device_type = 'cpu'
+        self._cuda_devices: Tuple[int, ...] = ()
         self._warned_dict_input = False
 
-    def owns(self, task: nn.Module) -> bool:
-        """Whether ``task``'s trainable module holds any of the optimizer's parameters."""
-        ids = {id(p) for p in self._param_source()}
-        module = task.get_trainable_module() if hasattr(task, 'get_trainable_module') else task
-        return any(id(p) in ids for p in module.parameters())
+    def __repr__(self) -> str:
+        return f'TaskRecorder(state={self.state.value}, calls={len(self.calls)})'
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """UNBOUND -> WAITING: look for the task that owns the optimizer's parameters."""
+        if self.state is RecorderState.UNBOUND:
+            self.state = RecorderState.WAITING
+            _finder.wait(self)
 
     def bind(self, task: nn.Module) -> None:
-        """Record every later call of ``task`` (through a forward hook on that task only)."""
-        self.unbind()
-        self.task = task
-        param = next(iter(self._param_source()), None)
-        self._device_type = param.device.type if param is not None else 'cpu'
+        """WAITING -> BOUND: record every later call of ``task`` (a forward pre-hook on that task only)."""
+        if self.state is not RecorderState.WAITING:
+            return
+        _finder.stop(self)
+        for other in list(_bound):
+            if other is not self and other.task is task and other._shares_params(self):
+                if other.serial > self.serial:  # a newer optimizer already owns this task: this one is stale
+                    self.close()
+                    return
+                other.close()
+        params = self._params()
+        self._device_type = params[0].device.type if params else 'cpu'
+        self._cuda_devices = tuple(cuda_devices_of(params))
         self_ref = weakref.ref(self)
 
-        def _record_hook(module, args, kwargs, output):
+        def _task_collected(_):
+            recorder = self_ref()
+            if recorder is not None:
+                recorder._lose_task()
+
+        def _record_hook(module, args, kwargs):
             recorder = self_ref()
             if recorder is not None:
                 recorder.record(args, kwargs)
+            return None
 
-        self._handle = task.register_forward_hook(_record_hook, with_kwargs=True)
-        weakref.finalize(self, self._handle.remove)
+        self._task_ref = weakref.ref(task, _task_collected)
+        self._handle = task.register_forward_pre_hook(_record_hook, with_kwargs=True)
+        weakref.finalize(self, self._handle.remove)  # a collected optimizer leaves no hook behind
+        self.state = RecorderState.BOUND
+        _bound.add(self)
 
-    def unbind(self) -> None:
+    def close(self) -> None:
+        """Any state -> CLOSED: remove the hook, drop the record and the task; never records again."""
+        if self.state is RecorderState.WAITING:
+            _finder.stop(self)
+        self._release_task()
+        self.state = RecorderState.CLOSED
+
+    def _lose_task(self) -> None:
+        """BOUND -> WAITING when the task is garbage-collected (a new task may take its place)."""
+        if self.state is RecorderState.BOUND:
+            self._release_task()
+            self.state = RecorderState.WAITING
+            _finder.wait(self)
+
+    def _release_task(self) -> None:
         if self._handle is not None:
             self._handle.remove()
         self._handle = None
-        self.task = None
+        self._task_ref = None
         self.calls = []
+        _bound.discard(self)
+
+    # ---- what it knows -----------------------------------------------------------------------------
+
+    @property
+    def task(self) -> Optional[nn.Module]:
+        return self._task_ref() if self._task_ref is not None else None
+
+    def _params(self) -> List[torch.Tensor]:
+        optimizer = self._optimizer_ref()
+        if optimizer is None:
+            return []
+        return [p for group in optimizer.param_groups for p in group['params']]
+
+    def _shares_params(self, other: 'TaskRecorder') -> bool:
+        ids = {id(p) for p in self._params()}
+        return any(id(p) in ids for p in other._params())
+
+    def owns(self, task: nn.Module) -> bool:
+        """Whether ``task``'s trainable module holds any of the optimizer's parameters."""
+        ids = {id(p) for p in self._params()}
+        return any(id(p) in ids for p in _trainable_module(task).parameters())
+
+    def trainable_module(self) -> Optional[nn.Module]:
+        task = self.task
+        return None if task is None else _trainable_module(task)
+
+    # ---- recording and replay ----------------------------------------------------------------------
 
     def record(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
-        if self.replaying or not torch.is_grad_enabled():
+        if self.state is not RecorderState.BOUND or self.replaying or not torch.is_grad_enabled():
             return
-        self.calls.append(TaskCall.capture(args, kwargs, self._device_type))
+        if not any(p.grad is not None for p in self._params()):
+            self.calls = []  # a new accumulation window: the previous one was stepped (or abandoned)
+        self.calls.append(TaskCall.capture(args, kwargs, self._device_type, self._cuda_devices))
 
     def take(self) -> List[TaskCall]:
-        """The calls since the last step; the record is emptied (nothing is kept across steps)."""
+        """The calls of this step; the record is emptied (nothing is kept across steps)."""
         calls, self.calls = self.calls, []
         return calls
 
-    def trainable_module(self) -> Optional[nn.Module]:
-        if self.task is None:
-            return None
-        return self.task.get_trainable_module() if hasattr(self.task, 'get_trainable_module') else self.task
-
-    def replay(self, calls: List[TaskCall], grad_scaler: Optional[Any] = None) -> None:
+    def replay(self, calls: List[TaskCall], scale_loss: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Forward and backward every call again, as train.py did the first time.
 
         train.py divides each micro-batch loss by the number of micro-batches of the accumulation
-        window (which is the number of calls since the last step) and runs all but the last
-        micro-batch inside ``task.no_sync()``; the replay does the same, so under DDP the second
-        pass gradient is all-reduced once, over the whole window.
+        window (which is the number of calls of this step) and runs all but the last micro-batch
+        inside ``task.no_sync()``; the replay does the same, so under DDP the second-pass gradient
+        is all-reduced once, over the whole window. Each call runs with the random generators as
+        they were at its first run (same dropout / drop-path masks), and ``scale_loss`` applies the
+        fp16 loss scale, if any.
         """
         task = self.task
+        if task is None:
+            raise RuntimeError('SAM.step(): the training task whose calls were recorded no longer exists')
+        self._warn_dict_input(calls)
         num_calls = len(calls)
-        if not self._warned_dict_input and any(call.args and isinstance(call.args[0], dict) for call in calls):
-            self._warned_dict_input = True
-            warnings.warn(
-                'SAM replays the training task, but train.py\'s NaFlex path scales the loss outside the task '
-                '(--naflex-loss-scale, and per-rank scaling under DDP), which the replay cannot see: use '
-                '--naflex-loss-scale none on a single process, or a closure in a custom loop', stacklevel=2)
         self.replaying = True
         try:
             for idx, call in enumerate(calls):
                 sync_ctx = task.no_sync() if idx < num_calls - 1 and hasattr(task, 'no_sync') else nullcontext()
-                with sync_ctx, torch.enable_grad():
+                with sync_ctx, torch.enable_grad(), call.random_state():
                     with call.autocast():
                         loss = task(*call.args, **call.kwargs)['loss']
                     if num_calls > 1:
                         loss = loss / num_calls
-                    if grad_scaler is not None:
-                        loss = grad_scaler.scale(loss)
-                    loss.backward()
+                    scale_loss(loss).backward()
         finally:
             self.replaying = False
 
-
-# ---- finding the task: one global hook, only while a SAM optimizer still looks for its task ----
-
-_waiting: 'weakref.WeakSet[TaskRecorder]' = weakref.WeakSet()
-_global_handle = None
-_task_class: Optional[type] = None
-
-
-def watch(recorder: TaskRecorder) -> None:
-    """Start looking for the timm TrainingTask that owns ``recorder``'s parameters."""
-    global _global_handle, _task_class
-    if _task_class is None:
-        from timm.task import TrainingTask  # imported only once a SAM optimizer exists
-        _task_class = TrainingTask
-    _waiting.add(recorder)
-    if _global_handle is None:
-        _global_handle = torch.nn.modules.module.register_module_forward_hook(_find_task_hook, with_kwargs=True)
+    def _warn_dict_input(self, calls: List[TaskCall]) -> None:
+        if self._warned_dict_input or not any(call.args and isinstance(call.args[0], dict) for call in calls):
+            return
+        self._warned_dict_input = True
+        warnings.warn(
+            'SAM replays the training task, but train.py\'s NaFlex path scales the loss outside the task '
+            '(--naflex-loss-scale, and per-rank scaling under DDP), which the replay cannot see: use '
+            '--naflex-loss-scale none on a single process, or a closure in a custom loop', stacklevel=3)
 
 
-def unwatch(recorder: TaskRecorder) -> None:
-    """Stop looking for a task for ``recorder`` (removes the global hook once nobody looks)."""
-    _waiting.discard(recorder)
-    _remove_global_hook_if_idle()
+def _trainable_module(task: nn.Module) -> nn.Module:
+    """timm >= 1.0.24 tasks name their trainable module; timm 1.0.23's own all their parameters."""
+    getter = getattr(task, 'get_trainable_module', None)
+    module = getter() if getter is not None else None
+    return module if module is not None else task
+
+
+# ---- finding the task: a wrapper on TrainingTask.__call__, only while a recorder waits ----------------
+
+_bound: 'weakref.WeakSet[TaskRecorder]' = weakref.WeakSet()
+
+
+class _TaskFinder:
+    """Offers every called ``TrainingTask`` to the waiting recorders, through the class's ``__call__``.
+
+    Installed when the first recorder starts waiting, removed (the class restored exactly) when the
+    last one stops waiting or is collected. A recorder is held weakly here.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: Dict[int, weakref.ref] = {}
+        self._task_class: Optional[type] = None
+        self._call: Optional[Callable] = None  # what TrainingTask.__call__ was before the wrapper
+        self._own_call: Any = None  # TrainingTask.__dict__['__call__'] before the wrapper (usually absent)
+
+    def installed(self) -> bool:
+        return self._call is not None
+
+    def wait(self, recorder: TaskRecorder) -> None:
+        serial = recorder.serial
+        self._waiting[serial] = weakref.ref(recorder, lambda _: self._forget(serial))
+        self._install()
+
+    def stop(self, recorder: TaskRecorder) -> None:
+        self._forget(recorder.serial)
+
+    def _forget(self, serial: int) -> None:
+        self._waiting.pop(serial, None)
+        if not self._waiting:
+            self._uninstall()
+
+    def offer(self, task: nn.Module) -> None:
+        """Bind ``task`` to the waiting recorders that own it, newest first (older ones sharing its
+        parameters are stale and close)."""
+        recorders = [ref() for ref in list(self._waiting.values())]
+        for recorder in sorted((r for r in recorders if r is not None), key=lambda r: -r.serial):
+            if recorder.owns(task):
+                recorder.bind(task)
+
+    def _install(self) -> None:
+        if self._call is not None:
+            return
+        if self._task_class is None:
+            try:
+                from timm.task import TrainingTask  # imported only once a SAM optimizer exists
+            except ImportError:  # timm without the task API: nothing to look for
+                return
+            self._task_class = TrainingTask
+        cls = self._task_class
+        self._own_call = cls.__dict__.get('__call__')
+        self._call = cls.__call__
+        cls.__call__ = _offer_then_call
+
+    def _uninstall(self) -> None:
+        if self._call is None:
+            return
+        cls = self._task_class
+        if cls.__dict__.get('__call__') is _offer_then_call:
+            if self._own_call is None:
+                del cls.__call__
+            else:
+                cls.__call__ = self._own_call
+        self._call = None
+        self._own_call = None
+
+
+def _offer_then_call(task: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    call = _finder._call or nn.Module.__call__
+    _finder.offer(task)  # a recorder that binds here records this very call (its pre-hook runs next)
+    return call(task, *args, **kwargs)
+
+
+_finder = _TaskFinder()
 
 
 def is_watching() -> bool:
-    """Whether the global task-finding hook is installed (for tests and debugging)."""
-    return _global_handle is not None
-
-
-def _remove_global_hook_if_idle() -> None:
-    global _global_handle
-    if _global_handle is not None and len(_waiting) == 0:
-        _global_handle.remove()
-        _global_handle = None
-
-
-def _find_task_hook(module, args, kwargs, output) -> None:
-    if isinstance(module, _task_class):
-        for recorder in list(_waiting):
-            if recorder.owns(module):
-                recorder.bind(module)
-                recorder.record(args, kwargs)  # this first call ran before the task's own hook existed
-                _waiting.discard(recorder)
-    _remove_global_hook_if_idle()
+    """Whether ``TrainingTask.__call__`` is currently wrapped to find a task (for tests and debugging)."""
+    return _finder.installed()

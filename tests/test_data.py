@@ -1,0 +1,99 @@
+"""The embedded digits data: real scikit-learn images written once as a timm ImageFolder."""
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip('sklearn', reason='the digits data needs scikit-learn (pip install "timm-ext[demo]")')
+from PIL import Image  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+from timm_ext.data import DIGITS_CLASSES, digits_image_folder, load_digits_arrays  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def folder(tmp_path_factory):
+    return digits_image_folder(tmp_path_factory.mktemp('digits'), size=16, seed=3)
+
+
+def test_arrays_are_sklearns_digits_scaled_to_bytes():
+    images, labels = load_digits_arrays()
+    ref = load_digits()
+    assert images.shape == (1797, 8, 8) and images.dtype == np.uint8
+    np.testing.assert_array_equal(labels, ref.target)
+    # 16 grey levels -> 0..255 (16 -> 255, 8 -> 128 after rounding)
+    np.testing.assert_array_equal(images, np.rint(ref.images * 255 / 16).astype(np.uint8))
+
+
+def test_folder_layout_counts_and_stratified_split(folder):
+    counts = {}
+    for split in ('train', 'validation'):
+        assert sorted(p.name for p in (folder / split).iterdir()) == list(DIGITS_CLASSES)
+        counts[split] = {c: len(list((folder / split / c).glob('*.png'))) for c in DIGITS_CLASSES}
+    per_class = np.bincount(load_digits().target, minlength=10)
+    for c in range(10):
+        total = counts['train'][str(c)] + counts['validation'][str(c)]
+        assert total == per_class[c]
+        assert counts['validation'][str(c)] == round(per_class[c] * 0.2)
+    meta = json.loads((folder / 'timm_ext_digits.json').read_text())
+    assert meta['counts'] == {s: sum(v.values()) for s, v in counts.items()}
+    assert sum(meta['counts'].values()) == 1797
+
+
+def test_images_are_the_upsampled_scans(folder):
+    images, labels = load_digits_arrays()
+    path = next((folder / 'train' / '7').glob('*.png'))
+    idx = int(path.stem)
+    assert labels[idx] == 7
+    img = Image.open(path)
+    assert img.mode == 'RGB' and img.size == (16, 16)
+    arr = np.asarray(img)
+    assert (arr[..., 0] == arr[..., 1]).all() and (arr[..., 1] == arr[..., 2]).all()
+    expected = np.asarray(Image.fromarray(images[idx], mode='L').resize((16, 16), Image.BILINEAR))
+    np.testing.assert_array_equal(arr[..., 0], expected)
+    # downsampling back by block means recovers the 8x8 scan closely (it is the same image)
+    back = arr[..., 0].astype(float).reshape(8, 2, 8, 2).mean(axis=(1, 3))
+    assert np.abs(back - images[idx]).mean() < 20
+
+
+def test_split_is_fixed_by_seed_and_changes_with_it(tmp_path):
+    a = digits_image_folder(tmp_path / 'a', size=8, seed=0)
+    b = digits_image_folder(tmp_path / 'b', size=8, seed=0)
+    c = digits_image_folder(tmp_path / 'c', size=8, seed=1)
+
+    def val_files(f):
+        return sorted(p.name for p in (f / 'validation').rglob('*.png'))
+    assert val_files(a) == val_files(b)
+    assert val_files(a) != val_files(c)
+
+
+def test_cache_is_reused_not_rewritten(tmp_path):
+    first = digits_image_folder(tmp_path, size=8)
+    marker = first / 'timm_ext_digits.json'
+    stamp = marker.stat().st_mtime_ns
+    png = next(first.rglob('*.png'))
+    png_stamp = png.stat().st_mtime_ns
+    assert digits_image_folder(tmp_path, size=8) == first
+    assert marker.stat().st_mtime_ns == stamp and png.stat().st_mtime_ns == png_stamp
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith('.digits_tmp_')]
+
+
+def test_incomplete_folder_is_refused_not_overwritten(tmp_path):
+    target = tmp_path / 'digits_8px_val0.2_seed0'
+    target.mkdir()
+    (target / 'mine.txt').write_text('user data')
+    with pytest.raises(FileExistsError, match='not a complete timm-ext digits folder'):
+        digits_image_folder(tmp_path, size=8)
+    assert (target / 'mine.txt').read_text() == 'user data'
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(size=4), 'size=4'),
+    (dict(size=32.0), 'size=32.0'),
+    (dict(val_fraction=1.0), 'val_fraction=1.0'),
+    (dict(val_fraction=0), 'val_fraction=0'),
+    (dict(seed='0'), "seed='0'"),
+])
+def test_bad_arguments_name_the_value(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        digits_image_folder(tmp_path, **kwargs)

@@ -1,0 +1,134 @@
+"""Real images that ship inside a package: scikit-learn's handwritten digits as an ImageFolder.
+
+``sklearn.datasets.load_digits`` holds 1,797 real 8x8 scans of handwritten digits (UCI
+"Optical Recognition of Handwritten Digits", 16 grey levels, 10 classes). Nothing is downloaded:
+the data is inside the scikit-learn wheel. :func:`digits_image_folder` writes it once as PNG files
+in timm's ImageFolder layout (``<root>/train/<class>/*.png``, ``<root>/validation/<class>/*.png``),
+so that timm's train.py reads it through its real data pipeline.
+
+The split is stratified and fixed by a seed, the images are upsampled with bilinear interpolation
+to ``size`` pixels and stored as RGB (train.py's ImageFolder reader converts to RGB anyway). The
+folder is written under a temporary name and renamed into place when complete, so an interrupted
+run never leaves a half-written cache; a complete cache is reused, never rewritten.
+"""
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, Optional, Tuple, Union
+
+import numpy as np
+
+__all__ = ['DIGITS_CLASSES', 'default_cache_dir', 'digits_image_folder', 'load_digits_arrays']
+
+DIGITS_CLASSES = tuple(str(i) for i in range(10))
+_MARKER = 'timm_ext_digits.json'
+_FORMAT_VERSION = 1
+
+
+def default_cache_dir() -> Path:
+    """``$TIMM_EXT_CACHE`` or ``~/.cache/timm-ext``: where timm-ext keeps data and scripts."""
+    return Path(os.environ.get('TIMM_EXT_CACHE', Path.home() / '.cache' / 'timm-ext')).expanduser()
+
+
+def load_digits_arrays() -> Tuple[np.ndarray, np.ndarray]:
+    """The 1,797 digit images as uint8 (N, 8, 8) in 0..255 and their labels (N,)."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as e:
+        raise ImportError(
+            'the digits data comes from scikit-learn, which is not installed: '
+            'pip install "timm-ext[demo]" (or pip install scikit-learn)') from e
+    digits = load_digits()
+    images = np.rint(digits.images * (255.0 / 16.0)).clip(0, 255).astype(np.uint8)
+    return images, digits.target.astype(np.int64)
+
+
+def _stratified_split(labels: np.ndarray, val_fraction: float, seed: int) -> np.ndarray:
+    """A boolean mask of validation samples: ``val_fraction`` of each class, chosen by ``seed``."""
+    rng = np.random.default_rng(seed)
+    is_val = np.zeros(len(labels), dtype=bool)
+    for cls in np.unique(labels):
+        idx = np.flatnonzero(labels == cls)
+        rng.shuffle(idx)
+        is_val[idx[:int(round(len(idx) * val_fraction))]] = True
+    return is_val
+
+
+def _check_args(size: int, val_fraction: float, seed: int) -> None:
+    if not isinstance(size, int) or isinstance(size, bool) or not 8 <= size <= 512:
+        raise ValueError(f'digits image size must be an int in [8, 512], got size={size!r}')
+    if not isinstance(val_fraction, float) or not 0.0 < val_fraction < 1.0:
+        raise ValueError(f'val_fraction must be a float in (0, 1), got val_fraction={val_fraction!r}')
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f'seed must be an int, got seed={seed!r}')
+
+
+def _read_marker(root: Path) -> Optional[Dict[str, object]]:
+    try:
+        return json.loads((root / _MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_folder(root: Path, size: int, val_fraction: float, seed: int) -> Dict[str, object]:
+    from PIL import Image
+
+    images, labels = load_digits_arrays()
+    is_val = _stratified_split(labels, val_fraction, seed)
+    counts = {'train': 0, 'validation': 0}
+    for idx, (image, label) in enumerate(zip(images, labels)):
+        split = 'validation' if is_val[idx] else 'train'
+        folder = root / split / DIGITS_CLASSES[label]
+        folder.mkdir(parents=True, exist_ok=True)
+        pil = Image.fromarray(image, mode='L').resize((size, size), Image.BILINEAR).convert('RGB')
+        pil.save(folder / f'{idx:04d}.png')
+        counts[split] += 1
+    meta = dict(
+        format_version=_FORMAT_VERSION, source='sklearn.datasets.load_digits', size=size,
+        val_fraction=val_fraction, seed=seed, num_classes=len(DIGITS_CLASSES), counts=counts)
+    (root / _MARKER).write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def digits_image_folder(
+        root: Optional[Union[str, Path]] = None,
+        size: int = 32,
+        val_fraction: float = 0.2,
+        seed: int = 0,
+) -> Path:
+    """The digits as an ImageFolder (``train/`` and ``validation/``), written once and then reused.
+
+    Args:
+        root: parent folder of the cache; default ``default_cache_dir() / 'data'``.
+        size: side of the stored images in pixels (the 8x8 scans are upsampled bilinearly).
+        val_fraction: fraction of each class held out for ``validation/``.
+        seed: seed of the split.
+
+    Returns:
+        The dataset folder, to pass to train.py as ``--data-dir`` (``--num-classes 10``).
+    """
+    _check_args(size, val_fraction, seed)
+    parent = Path(root).expanduser() if root is not None else default_cache_dir() / 'data'
+    target = parent / f'digits_{size}px_val{val_fraction:g}_seed{seed}'
+    meta = _read_marker(target)
+    if meta is not None and meta.get('format_version') == _FORMAT_VERSION:
+        return target
+    if target.exists():
+        raise FileExistsError(
+            f'{target} exists but is not a complete timm-ext digits folder (no valid {_MARKER}); '
+            f'move it away or pass another root=')
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix='.digits_tmp_', dir=parent))
+    try:
+        _write_folder(tmp, size, val_fraction, seed)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if _read_marker(target) is None:  # another process did not finish it either
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

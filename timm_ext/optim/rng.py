@@ -1,0 +1,42 @@
+"""Random-number-generator state of one forward pass, so SAM's second pass draws the same masks.
+
+The paper's implementation (JAX) evaluates both SAM passes with one PRNG key: dropout and
+drop-path masks at ``w + e`` are those drawn at ``w``. In torch the masks come from the global
+generators (CPU, and one per CUDA device), so SAM records their state before the first pass and
+re-runs the second pass inside ``torch.random.fork_rng`` restored to it. ``fork_rng`` puts the
+generators back afterwards: the second pass consumes no randomness, and the rest of the run draws
+what it would have drawn without SAM's second pass.
+"""
+from contextlib import contextmanager
+from typing import Iterable, Iterator, List, Tuple
+
+import torch
+
+__all__ = ['RngState', 'cuda_devices_of']
+
+
+def cuda_devices_of(tensors: Iterable[torch.Tensor]) -> List[int]:
+    """Indices of the CUDA devices that hold ``tensors`` (the generators a pass on them may draw from)."""
+    return sorted({t.device.index or 0 for t in tensors if t.device.type == 'cuda'})
+
+
+class RngState:
+    """The CPU generator's state and, for the given CUDA devices, theirs."""
+    __slots__ = ('cpu', 'cuda')
+
+    def __init__(self, cpu: torch.Tensor, cuda: Tuple[Tuple[int, torch.Tensor], ...] = ()) -> None:
+        self.cpu = cpu
+        self.cuda = cuda
+
+    @classmethod
+    def capture(cls, cuda_devices: Iterable[int] = ()) -> 'RngState':
+        return cls(torch.get_rng_state(), tuple((d, torch.cuda.get_rng_state(d)) for d in cuda_devices))
+
+    @contextmanager
+    def restored(self) -> Iterator[None]:
+        """Run the block with the generators at this state; afterwards they are as they were before it."""
+        with torch.random.fork_rng(devices=[d for d, _ in self.cuda]):
+            torch.set_rng_state(self.cpu)
+            for device, state in self.cuda:
+                torch.cuda.set_rng_state(state, device)
+            yield

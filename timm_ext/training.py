@@ -1,0 +1,137 @@
+"""The one training route: timm's own train.py (or validate.py) for the installed timm, with timm-ext loaded.
+
+``timm-ext train``, ``timm-ext demo`` and Python users share these functions: find and verify the
+script (:mod:`timm_ext.scripts`), check the recipe and arguments before anything starts
+(:mod:`timm_ext.recipes`), and build the command line of the child process (``python train.py ...
+--device-modules timm_ext`` or ``python -m torch.distributed.run ... train.py ...``). There is no
+second training loop: the command runs timm's script unchanged.
+"""
+import os
+import site
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from timm_ext.recipes import (
+    RecipeError,
+    check_recipe,
+    check_train_args,
+    check_validate_args,
+    effective_args,
+    find_recipe,
+    load_recipe,
+)
+from timm_ext.scripts import ScriptError, TimmScript, ddp_passes_device_ids, find_script, load_script_parser
+
+__all__ = ['TrainCommand', 'TrainConfigError', 'build_train_command', 'build_validate_command', 'child_env']
+
+
+class TrainConfigError(ValueError):
+    """The script cannot be found, or the recipe/arguments would not do what they say (one line per problem)."""
+
+
+@dataclass(frozen=True)
+class TrainCommand:
+    """A resolved command: the argv of the child process and the script it runs."""
+    argv: List[str]
+    script: TimmScript
+
+
+def _resolve(name: str, path: Optional[Union[str, Path]], allow_unverified: bool) -> TimmScript:
+    try:
+        return find_script(name, path=path, allow_unverified=allow_unverified)
+    except ScriptError as e:
+        raise TrainConfigError(str(e)) from None
+
+
+def _device_modules(effective: Any) -> List[str]:
+    """``--device-modules timm_ext ...`` when the command line and recipe do not load timm_ext yet."""
+    modules = getattr(effective, 'device_modules', None) if effective is not None else None
+    if isinstance(modules, (list, tuple)) and 'timm_ext' in modules:
+        return []
+    if isinstance(modules, str):  # a recipe's string (checks skipped): train.py would iterate its characters
+        modules = [modules]
+    return ['--device-modules', *dict.fromkeys(['timm_ext', *(modules or [])])]
+
+
+def build_train_command(
+        train_args: Sequence[str] = (),
+        recipe: Optional[Union[str, Path]] = None,
+        timm_train: Optional[Union[str, Path]] = None,
+        allow_unverified: bool = False,
+        nproc_per_node: Optional[int] = None,
+        check: bool = True,
+        script: Optional[TimmScript] = None,
+) -> TrainCommand:
+    """The command that runs timm's train.py with ``recipe`` (a path or packaged name) and ``train_args``.
+
+    With ``check``, the recipe and the arguments are validated against train.py's own parser first and
+    every problem is raised at once as a TrainConfigError (one line each, each with its fix).
+    """
+    if nproc_per_node is not None and nproc_per_node < 1:
+        raise TrainConfigError(f'--nproc-per-node must be at least 1, got {nproc_per_node}')
+    script = script or _resolve('train.py', timm_train, allow_unverified)
+    recipe_path: Optional[Path] = None
+    config: Dict[str, Any] = {}
+    if recipe is not None:
+        try:
+            recipe_path = find_recipe(recipe)
+            config = load_recipe(recipe_path)
+        except RecipeError as e:
+            raise TrainConfigError(str(e)) from None
+    parser = load_script_parser(script.path)
+    extra = list(train_args)
+    if check:
+        problems = (check_recipe(config, parser) if recipe_path else []) + check_train_args(parser, extra, config)
+        problems = list(dict.fromkeys(problems))
+        if problems:
+            raise TrainConfigError('\n'.join(problems))
+    effective = effective_args(parser, extra, config)
+    nproc = nproc_per_node or 1
+    if nproc > 1 and effective is not None and str(effective.device).split(':')[0] == 'cpu' \
+            and ddp_passes_device_ids(script.path):
+        raise TrainConfigError(
+            f'train.py of {script.tag or "this version"} cannot run DDP on the CPU (it passes device_ids to '
+            f'DistributedDataParallel, which torch refuses for a CPU model): drop --nproc-per-node or train on GPUs')
+    args = (['-c', str(recipe_path)] if recipe_path else []) + extra + _device_modules(effective)
+    if nproc_per_node is None:
+        argv = [sys.executable, str(script.path), *args]
+    else:
+        argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc-per-node={nproc}',
+                str(script.path), *args]
+    return TrainCommand(argv=argv, script=script)
+
+
+def build_validate_command(
+        validate_args: Sequence[str] = (),
+        timm_validate: Optional[Union[str, Path]] = None,
+        allow_unverified: bool = False,
+        imports: Sequence[str] = (),
+        check: bool = True,
+        script: Optional[TimmScript] = None,
+) -> TrainCommand:
+    """The command that runs timm's validate.py with timm_ext (and ``imports``) imported first.
+
+    validate.py has no ``--device-modules``, so a small runner (``timm_ext.cli._child``) imports the
+    modules and then runs the unchanged script as ``__main__``.
+    """
+    script = script or _resolve('validate.py', timm_validate, allow_unverified)
+    extra = list(validate_args)
+    if check:
+        problems = check_validate_args(load_script_parser(script.path), extra)
+        if problems:
+            raise TrainConfigError('\n'.join(problems))
+    modules = ','.join(dict.fromkeys(['timm_ext', *imports]))
+    argv = [sys.executable, '-m', 'timm_ext.cli._child', modules, str(script.path), *extra]
+    return TrainCommand(argv=argv, script=script)
+
+
+def child_env() -> Dict[str, str]:
+    """The environment for timm's script: the same timm_ext as this process, even from a source checkout."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    site_dirs = {str(Path(p).resolve()) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    if root not in site_dirs:
+        env['PYTHONPATH'] = os.pathsep.join(p for p in (root, env.get('PYTHONPATH')) if p)
+    return env
