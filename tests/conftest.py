@@ -11,3 +11,29 @@ import torch  # noqa: E402
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def offline_scripts(tmp_path, monkeypatch):
+    """A private timm-ext cache, no $TIMM_EXT_TIMM_TRAIN, and a network that fails the test if touched."""
+    from timm_ext import scripts
+
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    monkeypatch.delenv('TIMM_EXT_TIMM_TRAIN', raising=False)
+
+    def no_network(url, timeout=30.0):
+        raise AssertionError(f'the test went to the network: {url}')
+
+    monkeypatch.setattr(scripts, 'fetch_url', no_network)
+
+
+def require_timm_script(path):
+    """Skip unless timm's script at ``path`` exists and imports with the installed timm (v1.0.28's needs >= 1.0.28)."""
+    from timm_ext.scripts import ScriptError, load_script_parser
+
+    if not path.is_file():
+        pytest.skip(f'timm\'s script not found at {path} (set TIMM_EXT_TIMM_TRAIN)')
+    try:
+        return load_script_parser(path)
+    except ScriptError as e:
+        pytest.skip(f'{e} (set TIMM_EXT_TIMM_TRAIN to the scripts of the installed timm)')

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import timm
 import torch
+from conftest import require_timm_script
 
 from timm_ext import scripts
 from timm_ext.cli import main
@@ -32,21 +33,14 @@ OWN_SUBCOMMANDS = ('train', 'validate', 'recipes', 'models', 'convert')
 
 
 @pytest.fixture(autouse=True)
-def _offline(tmp_path, monkeypatch):
-    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
-    monkeypatch.delenv('TIMM_EXT_TIMM_TRAIN', raising=False)
-
-    def no_network(url, timeout=30.0):
-        raise AssertionError(f'the test went to the network: {url}')
-
-    monkeypatch.setattr(scripts, 'fetch_url', no_network)
+def _offline(offline_scripts):
+    """Every test here runs with a private cache and no network."""
 
 
 @pytest.fixture
 def timm_scripts(monkeypatch):
     """TIMM_EXT_TIMM_TRAIN set to timm's real scripts (v1.0.28 by default), or skip."""
-    if not TRAIN_PY.is_file():
-        pytest.skip(f'timm\'s train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')
+    require_timm_script(TRAIN_PY)
     monkeypatch.setenv('TIMM_EXT_TIMM_TRAIN', str(SCRIPTS_DIR))
     return SCRIPTS_DIR
 
@@ -390,7 +384,7 @@ def test_checkpoint_of_train_validates_with_the_logged_top1(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS='2', TIMM_EXT_TIMM_TRAIN=str(SCRIPTS_DIR),
                TIMM_EXT_CACHE=str(tmp_path / 'cache'))
     model = ['--model', 'vit_tiny_cb', '--model-kwargs', 'patch_size=4', 'depth=2', 'img_size=32', '--img-size', '32',
-             '--num-classes', '3', '--device', 'cpu', '--workers', '0', '-b', '8', '--data-dir', str(tmp_path / 'data')]
+             '--num-classes', '3', '--device', 'cpu', '--workers', '1', '-b', '8', '--data-dir', str(tmp_path / 'data')]
     train = [sys.executable, '-m', 'timm_ext', 'train', *model, '--epochs', '1', '--warmup-epochs', '0',
              '--lr', '1e-3', '--opt', 'adamw', '--output', str(tmp_path / 'out'), '--experiment', 'run',
              '--log-interval', '100']
@@ -399,6 +393,9 @@ def test_checkpoint_of_train_validates_with_the_logged_top1(tmp_path):
     assert '--device-modules timm_ext' in proc.stderr  # the command timm-ext ran, as it printed it
     with open(tmp_path / 'out' / 'run' / 'summary.csv') as f:
         (logged,) = list(csv.DictReader(f))
+    if tuple(int(v) for v in torch.__version__.split('+')[0].split('.')[:2]) < (2, 5):
+        pytest.skip(f'train.py ran; timm {timm.__version__}\'s validate.py cannot load train.py\'s checkpoint with '
+                    f'torch {torch.__version__} (weights-only unpickling of argparse.Namespace needs torch >= 2.5)')
     validate = [sys.executable, '-m', 'timm_ext', 'validate', *model, '--split', 'validation',
                 '--checkpoint', str(tmp_path / 'out' / 'run' / 'last.pth.tar'),
                 '--results-file', str(tmp_path / 'results.json'), '--results-format', 'json']

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import timm
+from conftest import require_timm_script
 
 from timm_ext import demo
 from timm_ext.cli import main
@@ -94,8 +95,7 @@ def test_missing_train_py_is_one_line_before_anything_is_written(tmp_path, capsy
 
 @pytest.mark.slow
 def test_quick_demo_end_to_end(tmp_path, capsys, monkeypatch):
-    if not TRAIN_PY.is_file():
-        pytest.skip(f'timm\'s train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')
+    require_timm_script(TRAIN_PY)
     monkeypatch.setenv('TIMM_EXT_TIMM_TRAIN', str(TRAIN_PY))
     out = tmp_path / 'demo'
     code = main(['demo', '--quick', '--output', str(out), '--data-root', str(tmp_path / 'data'), '--no-progress'])

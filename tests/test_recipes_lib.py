@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import require_timm_script
 
 from timm_ext import recipes
 from timm_ext._resources import packaged_dir
@@ -31,9 +32,7 @@ SAM_RECIPE = {'device_modules': ['timm_ext'], 'opt': 'samadamw', 'opt_kwargs': {
 
 @pytest.fixture(scope='module')
 def parser():
-    if not TRAIN_PY.is_file():
-        pytest.skip(f'timm\'s train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')
-    return load_script_parser(TRAIN_PY)
+    return require_timm_script(TRAIN_PY)
 
 
 # --- finding recipes -----------------------------------------------------------------------------

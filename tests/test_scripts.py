@@ -28,15 +28,8 @@ def _sha(text: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _offline_cache(tmp_path, monkeypatch):
-    """A private cache, no $TIMM_EXT_TIMM_TRAIN, and a network that fails the test if touched."""
-    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
-    monkeypatch.delenv('TIMM_EXT_TIMM_TRAIN', raising=False)
-
-    def no_network(url, timeout=30.0):
-        raise AssertionError(f'the test went to the network: {url}')
-
-    monkeypatch.setattr(scripts, 'fetch_url', no_network)
+def _offline_cache(offline_scripts):
+    """Every test here runs with a private cache and no network."""
 
 
 @pytest.fixture
