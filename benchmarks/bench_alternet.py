@@ -11,8 +11,11 @@ give the same outputs (eval and train mode):
 
 A train step is forward + cross-entropy + backward (no optimizer step: its cost is the same for both);
 inference is an eval-mode forward under ``torch.no_grad()``. Each pair runs interleaved (A, B, A, B, ...), median
-of ``--reps``; ratio = official time / our time (> 1: ours is faster). ``--channels-last`` adds a run with both
-models and inputs in channels-last memory.
+of ``--reps``; ratio = official time / our time (> 1: ours is faster). The ``memory`` column is the format both
+models and the input are given, as a user would run them: ``contiguous`` (NCHW, the default) or, with
+``--channels-last``, channels-last. Ours is run as created (``channels_last=True``: it converts the input once and
+runs its trunk channels-last whatever it is given); ``--keep-format`` adds rows of ours with
+``channels_last=False`` (trunk in the given format) to show what that conversion is worth.
 
 Without ``--official``: train steps (with AdamW) of AlterNet next to its baselines (paper App. E: Alter-ResNet-50
 20 % faster than the pre-activation ResNet-50 on CIFAR-100, on a GPU):
@@ -21,6 +24,7 @@ Without ``--official``: train steps (with AdamW) of AlterNet next to its baselin
   * alternet_50        vs timm's resnetv2_50, 224 x 224.
 
     python benchmarks/bench_alternet.py --official /tmp/how-do-vits-work [--threads 2] [--reps 7] [--channels-last]
+        [--keep-format] [--configs cifar imagenet]
     python benchmarks/bench_alternet.py [--cifar-batch 32] [--imagenet-batch 4] [--reps 5] [--device cpu]
 """
 import argparse
@@ -127,28 +131,34 @@ def compare_with_official(args: argparse.Namespace, device: torch.device) -> Non
     ]
     configs = [c for c in configs if c[0].split('-')[0].lower() in args.configs]
     formats = [torch.contiguous_format] + ([torch.channels_last] if args.channels_last else [])
+    trunks = [True] + ([False] if args.keep_format else [])
     print(f'official code vs timm-ext: device={device} threads={torch.get_num_threads()} reps={args.reps} '
-          f'(median, interleaved; ratio = official time / ours)')
-    print(f'{"config":<10} {"model":<18} {"size":>4} {"batch":>5} {"memory":<14} {"max|diff|":>9} '
+          f'(median, interleaved; ratio = official time / ours, > 1: ours is faster)')
+    print('memory: the format models and input are given; ours trunk: channels_last (the default, input converted '
+          'once) or as given (channels_last=False)')
+    print(f'{"config":<10} {"model":<18} {"size":>4} {"batch":>5} {"memory":<14} {"ours trunk":<14} {"max|diff|":>9} '
           f'{"train ms (off / ours)":>22} {"ratio":>6} {"infer ms (off / ours)":>22} {"ratio":>6}')
     for label, name, imagenet, size, batch in configs:
         torch.manual_seed(0)
         official = _official_model(args.official, imagenet)
         _randomize_norms(official)
-        ours = timm.create_model(name)
-        ours.load_state_dict(convert_official_alternet(official.state_dict(), ours))
         x = torch.randn(batch, 3, size, size)
-        y = torch.randint(0, ours.num_classes, (batch,))
-        diff = _check_same_outputs(official, ours, x[:4])
-        for fmt in formats:
-            official, ours = official.to(device, memory_format=fmt), ours.to(device, memory_format=fmt)
-            xd, yd = x.to(device).contiguous(memory_format=fmt), y.to(device)
-            r = _time_pair(official, ours, xd, yd, device, args)
-            memory = 'channels_last' if fmt == torch.channels_last else 'contiguous'
-            print(f'{label:<10} {name:<18} {size:>4} {batch:>5} {memory:<14} {diff:>9.1e} '
-                  f'{r["train_ms"][0]:>10.1f} /{r["train_ms"][1]:>10.1f} {r["train"]:>6.3f} '
-                  f'{r["inference_ms"][0]:>10.1f} /{r["inference_ms"][1]:>10.1f} {r["inference"]:>6.3f}')
-        del official, ours
+        for channels_last in trunks:
+            ours = timm.create_model(name, channels_last=channels_last)
+            ours.load_state_dict(convert_official_alternet(official.state_dict(), ours))
+            y = torch.randint(0, ours.num_classes, (batch,))
+            diff = _check_same_outputs(official, ours, x[:4])
+            for fmt in formats:
+                official, ours = official.to(device, memory_format=fmt), ours.to(device, memory_format=fmt)
+                xd, yd = x.to(device).contiguous(memory_format=fmt), y.to(device)
+                r = _time_pair(official, ours, xd, yd, device, args)
+                memory = 'channels_last' if fmt == torch.channels_last else 'contiguous'
+                trunk = 'channels_last' if channels_last else 'as given'
+                print(f'{label:<10} {name:<18} {size:>4} {batch:>5} {memory:<14} {trunk:<14} {diff:>9.1e} '
+                      f'{r["train_ms"][0]:>10.1f} /{r["train_ms"][1]:>10.1f} {r["train"]:>6.3f} '
+                      f'{r["inference_ms"][0]:>10.1f} /{r["inference_ms"][1]:>10.1f} {r["inference"]:>6.3f}')
+            del ours
+        del official
 
 
 def compare_with_baselines(args: argparse.Namespace, device: torch.device) -> None:
@@ -176,6 +186,8 @@ def main() -> None:
     parser.add_argument('--official', type=Path, default=None,
                         help='checkout of xxxnell/how-do-vits-work: compare with its AlterNet')
     parser.add_argument('--channels-last', action='store_true', help='with --official: also time channels-last')
+    parser.add_argument('--keep-format', action='store_true',
+                        help='with --official: also time ours with channels_last=False (trunk in the given format)')
     parser.add_argument('--configs', nargs='+', choices=('cifar', 'imagenet'), default=('cifar', 'imagenet'),
                         help='with --official: which of the two configurations to time')
     parser.add_argument('--cifar-batch', type=int, default=32)

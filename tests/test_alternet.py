@@ -5,19 +5,22 @@ cost no real forward. MACs are counted "thop-style", the way the paper's authors
 issue 33): Conv2d and Linear multiply-accumulates, 4 per element for an affine BatchNorm, kernel+1 per
 output of adaptive average pooling, nothing for activations, max-pooling or the attention matmuls.
 """
+from functools import partial
 from typing import List, Tuple
 
 import pytest
 import timm
 import torch
 import torch.nn as nn
-from timm.layers import DropPath
+from timm.layers import BatchNormAct2d, DropPath, create_conv2d
 from timm.models._features_fx import create_feature_extractor, get_graph_node_names
+from timm.models.resnetv2 import DownsampleConv, PreActBasic, PreActBottleneck
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from timm_ext.models.alternet import AlterNet, LocalMsaBlock, alternet_msa_indices
+from timm_ext.models.alternet import AlterNet, AlterNetBasic, AlterNetBottleneck, LocalMsaBlock, alternet_msa_indices
 
 DEPTHS = (18, 34, 50, 101, 152)
+_CONV_KW = dict(conv_layer=create_conv2d, norm_layer=partial(BatchNormAct2d, act_layer='relu'))
 TINY = dict(channels=(16, 32, 64, 128), num_heads=(1, 1, 2, 2), head_dim=8, num_classes=10)
 
 
@@ -324,6 +327,69 @@ def test_channels_last_input_gives_the_same_output(tiny):
     assert feats.is_contiguous(memory_format=torch.channels_last)
 
 
+def _block_reference(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The blocks' formulas with an out-of-place residual sum: timm's own forward for the Conv blocks."""
+    if isinstance(block, LocalMsaBlock):
+        return block.drop_path(block.attn(block.norm2(block.proj_in(block.norm1(x))))) + x
+    base = PreActBottleneck if isinstance(block, PreActBottleneck) else PreActBasic
+    return base.forward(block, x)
+
+
+@pytest.mark.parametrize('training', [False, True], ids=['eval', 'train'])
+@pytest.mark.parametrize('make_block', [
+    lambda: AlterNetBottleneck(16, 32, stride=2, proj_layer=DownsampleConv, **_CONV_KW),
+    lambda: AlterNetBottleneck(32, 32, drop_path_rate=0.5, **_CONV_KW),
+    lambda: AlterNetBasic(16, 16, drop_path_rate=0.5, **_CONV_KW),
+    lambda: LocalMsaBlock(16, num_heads=2, head_dim=4, window_size=2, drop_path_rate=0.5),
+], ids=['bottleneck_downsample', 'bottleneck_drop_path', 'basic', 'msa'])
+def test_in_place_residual_sum_keeps_outputs_and_gradients(make_block, training):
+    """The residual sum written into the block's last output gives timm's out-of-place result and gradients
+    (input and every parameter), with drop-path masks drawn alike, in both modes and both memory formats."""
+    torch.manual_seed(5)
+    block = make_block().train(training)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        x = torch.randn(4, block.norm1.num_features, 6, 6).contiguous(memory_format=fmt).requires_grad_()
+        outs, grads = [], []
+        for forward in (block, lambda t: _block_reference(block, t)):
+            torch.manual_seed(6)
+            out = forward(x)
+            outs.append(out)
+            grads.append(torch.autograd.grad(out.square().sum(), [x, *block.parameters()]))
+        torch.testing.assert_close(outs[0], outs[1])
+        for got, ref in zip(*grads):
+            torch.testing.assert_close(got, ref)
+
+
+def _stage_output_is_channels_last(model: AlterNet, x: torch.Tensor) -> Tuple[torch.Tensor, List[bool]]:
+    flags = []
+    hooks = [stage.register_forward_hook(lambda m, args, out: flags.append(
+        out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous())) for stage in model.stages]
+    with torch.no_grad():
+        logits = model(x)
+    for hook in hooks:
+        hook.remove()
+    return logits, flags
+
+
+def test_trunk_runs_channels_last_and_hands_back_the_input_format(tiny):
+    """channels_last=True (default): an NCHW input runs every stage channels-last; forward_features and
+    forward_intermediates give it back NCHW; the logits equal those of channels_last=False."""
+    torch.manual_seed(7)
+    x = torch.randn(2, 3, 32, 32)
+    keep = timm.create_model('alternet_18_cifar', channels_last=False, **TINY).eval()
+    keep.load_state_dict(tiny.state_dict())
+    logits, flags = _stage_output_is_channels_last(tiny, x)
+    logits_keep, flags_keep = _stage_output_is_channels_last(keep, x)
+    torch.testing.assert_close(logits, logits_keep, rtol=1e-5, atol=1e-5)
+    assert flags == [True] * 4 and flags_keep == [False] * 4
+    with torch.no_grad():
+        final, inters = tiny.forward_intermediates(x)
+        assert tiny.forward_features(x).is_contiguous() and final.is_contiguous()
+        assert all(t.is_contiguous() for t in inters)
+        cl_feats = tiny.forward_features(x.contiguous(memory_format=torch.channels_last))
+    assert cl_feats.is_contiguous(memory_format=torch.channels_last) and not cl_feats.is_contiguous()
+
+
 # --- timm's model contract (its tests/test_models.py) on small AlterNets ---------------------------------------
 # the padded ImageNet-style layout at 64 px (stage maps 16/8/4/2 against window 7), the CIFAR layout, a baseline
 CONTRACT = [('alternet_18', 64), ('alternet_18_cifar', 32), ('alternet_34_cifar', 24), ('alternet_18_nomsa', 64)]
@@ -422,3 +488,21 @@ def test_unknown_stem_and_bad_window():
         AlterNet(depth=18, stem_type='tiny', device='meta')
     with pytest.raises(ValueError, match=r'window_size must be a positive int, got 0'):
         AlterNet(depth=18, window_size=0, device='meta')
+
+
+def test_gradients_stay_channels_last_through_every_block(tiny):
+    """A train step on an NCHW input: the gradient of every block's input is channels-last like the input itself
+    (an NCHW gradient anywhere makes every conv backward above it copy its operands: a slow train step)."""
+    tiny.train()
+    layouts = []
+
+    def keep_grad_layout(module, args):
+        args[0].register_hook(lambda g: layouts.append(
+            (type(module).__name__, g.is_contiguous(memory_format=torch.channels_last) and not g.is_contiguous())))
+
+    hooks = [block.register_forward_pre_hook(keep_grad_layout) for stage in tiny.stages for block in stage.blocks]
+    tiny(torch.randn(2, 3, 32, 32)).square().mean().backward()
+    for hook in hooks:
+        hook.remove()
+    assert len(layouts) == sum(len(stage.blocks) for stage in tiny.stages)
+    assert [name for name, channels_last in layouts if not channels_last] == []

@@ -26,9 +26,10 @@ import timm_ext  # noqa: F401
 
 TIMM_EXT_MODELS = sorted(n for n in timm.list_models() if model_entrypoint(n).__module__.startswith('timm_ext.'))
 # image side per family: the smallest input each family's real config accepts, as timm's tests shrink inputs
-_IMG_SIZE = {'vision_transformer_cb': 32, 'vision_transformer_convstem': 32, 'mlp_mixer_cb': 32, 'pit_cb': 56,
-             'volo_convstem': 64}
-_SLOW = ('vit_base_*', 'alternet_101*', 'alternet_152*', 'volo_d1_convstem')  # the largest; > 5 s each on 2 cores
+_IMG_SIZE = {'vision_transformer_cb': 32, 'vision_transformer_convstem': 32, 'mlp_mixer_cb': 32, 'mlp_mixer_p8': 32,
+             'pit_cb': 56, 'volo_convstem': 64}
+# the largest; > 5 s each on 2 cores
+_SLOW = ('vit_base_*', 'alternet_101*', 'alternet_152*', 'volo_d1_convstem', 'swin_tiny_patch1_window4_32')
 SCRIPT_WARNING = 'ignore:`torch.jit.script` is deprecated:FutureWarning'
 
 
@@ -50,7 +51,7 @@ def _create_small(name: str, **kwargs) -> Tuple[torch.nn.Module, Tuple[int, int,
 
 _BASES = {'vision_transformer_cb': 'vit_small_patch16_224', 'vision_transformer_convstem': 'vit_small_patch16_224',
           'pit_cb': 'pit_b_224', 'mlp_mixer_cb': 'mixer_s16_224', 'volo_convstem': 'volo_d1_224',
-          'alternet': 'resnetv2_50'}
+          'alternet': 'resnetv2_50', 'hdvw_baselines': 'resnet50', 'mlp_mixer_p8': 'mixer_s16_224'}
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,7 +109,7 @@ def _only(outputs: Dict[str, torch.Tensor]) -> torch.Tensor:
 
 def test_every_family_has_a_small_input():
     families = {model_entrypoint(n).__module__.rsplit('.', 1)[-1] for n in TIMM_EXT_MODELS}
-    assert families == set(_IMG_SIZE) | {'alternet'} and len(TIMM_EXT_MODELS) == 35
+    assert families == set(_IMG_SIZE) | {'alternet', 'hdvw_baselines'} and len(TIMM_EXT_MODELS) == 41
 
 
 def test_model_forward_fx(contract):

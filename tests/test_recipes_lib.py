@@ -1,22 +1,37 @@
-"""timm_ext.recipes: packaged recipes by name, and the checks of a recipe and a command line against
-timm's real train.py parser (found through TIMM_EXT_TIMM_TRAIN, default ../shared/timm-train/v1.0.28)."""
+"""timm_ext.recipes: packaged recipes by name, the checks of a recipe and a command line against
+timm's real train.py parser (found through TIMM_EXT_TIMM_TRAIN, default ../shared/timm-train/v1.0.28),
+and the paper recipes against their paper-values tables and the generated index."""
+import copy
+import csv
+import functools
+import importlib
 import os
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import require_timm_script
 
 from timm_ext import recipes
 from timm_ext._resources import packaged_dir
 from timm_ext.recipes import (
+    INDEX_COLUMNS,
+    INDEX_MARKERS,
     RecipeError,
+    build_index,
+    check_against_paper,
     check_recipe,
     check_train_args,
     check_validate_args,
+    find_paper_row,
     find_recipe,
+    format_index,
+    format_index_markdown,
     is_sam_optimizer,
     list_recipes,
+    load_paper_values,
     load_recipe,
+    packaged_row,
 )
 from timm_ext.scripts import load_script_parser
 
@@ -103,9 +118,26 @@ def test_every_packaged_recipe_fits_train_py(parser, name):
     ({'opt_kwargs': 'rho=0.1'}, "recipe key 'opt_kwargs': 'rho=0.1' is a str; train.py expects a mapping"),
     ({'model': 7}, "recipe key 'model': 7 is an int; train.py expects text"),
     ({'kd_distill_type': 'hidden'}, "recipe key 'kd_distill_type': 'hidden' is not one of logit, feature, token"),
+    ({'bce_loss': True, 'smoothing': 0.0}, "bce_loss is true but smoothing is 0 and mixup / cutmix are off: train.py "
+                                           "then trains with softmax cross-entropy and ignores bce_loss; for the "
+                                           "sigmoid loss without smoothing set a negligible smoothing, e.g. "
+                                           "`smoothing: 1.0e-06`"),
 ])
 def test_recipe_misconfiguration_is_one_line_with_the_fix(parser, recipe, expected):
     assert check_recipe(recipe, parser) == [expected]
+
+
+@needs_train_py
+def test_bce_loss_needs_mixup_or_smoothing_in_train_py(parser):
+    """train.py v1.0.28 builds BinaryCrossEntropy in its mixup and smoothing branches only."""
+    assert check_recipe({'bce_loss': True}, parser) == []  # train.py's default smoothing 0.1
+    assert check_recipe({'bce_loss': True, 'smoothing': 0.0, 'mixup': 0.5}, parser) == []
+    assert check_recipe({'bce_loss': True, 'smoothing': 0.0, 'cutmix': 1.0}, parser) == []
+    assert check_recipe({'bce_loss': True, 'smoothing': 1e-6}, parser) == []
+    assert check_recipe({'bce_loss': False, 'smoothing': 0.0}, parser) == []
+    (problem,) = check_train_args(parser, ['--device', 'cpu', '--smoothing', '0'], {'bce_loss': True})
+    assert problem.startswith('bce_loss is true but smoothing is 0')
+    assert check_train_args(parser, ['--device', 'cpu', '--mixup', '0.2'], {'bce_loss': True, 'smoothing': 0}) == []
 
 
 @needs_train_py
@@ -117,7 +149,8 @@ def test_values_train_py_accepts_pass(parser):
 
 
 def test_sam_names_follow_timms_factory():
-    assert all(is_sam_optimizer(n) for n in ('sam', 'asam', 'samadamw', 'asamsgd', 'lookahead_samadamw'))
+    assert all(is_sam_optimizer(n) for n in ('sam', 'asam', 'samadamw', 'asamsgd', 'lookahead_samadamw', 'gsamadamw',
+                                            'looksamadamw'))
     assert not any(is_sam_optimizer(n) for n in ('adamw', 'sam_adamw', 'lookahead_adamw', 'nosuchopt'))
 
 
@@ -186,3 +219,200 @@ def test_validate_checks(tmp_path):
     missing.write_bytes(b'')
     assert check_validate_args(parser, ['--checkpoint', str(missing), '--device', 'cpu']) == []
     assert len(check_validate_args(parser, ['--model', 'resnet18'], cuda_available=False)) == 1
+
+
+# --- paper recipes: paper-values tables, index, headers ---------------------------------------------
+
+PAPER_RECIPES = sorted(p.relative_to(REPO / 'recipes').as_posix() for p in (REPO / 'recipes').rglob('*.yaml')
+                       if p.relative_to(REPO / 'recipes').parts[0] != 'examples')
+
+
+@functools.lru_cache(maxsize=None)
+def _paper_rows():
+    return load_paper_values()  # read once, at the first test (a malformed table fails tests, not collection)
+
+
+def _row(recipe: str):
+    row = _paper_rows().get(recipe)
+    assert row is not None, f'{recipe} has no row in timm_ext/_data/paper_values/{recipe.split("/")[0]}.yaml'
+    return row
+
+
+def test_every_paper_recipe_has_a_paper_row_and_every_row_a_recipe():
+    assert PAPER_RECIPES
+    rows = _paper_rows()
+    assert [r for r in PAPER_RECIPES if r not in rows] == [], 'recipes without a paper row'
+    assert [r for r in rows if r not in PAPER_RECIPES] == [], 'paper rows without a recipe file'
+    papers = {r.split('/')[0] for r in PAPER_RECIPES}
+    assert {'how-do-vits-work', 'vit-sam'} <= papers
+    assert all(r.split('/')[1] in ('imagenet', 'cifar10', 'cifar100') for r in PAPER_RECIPES)
+
+
+def test_committed_index_is_the_generated_one():
+    committed = (REPO / 'recipes' / 'index.csv').read_text()
+    assert committed == format_index(build_index()), 'regenerate it: `timm-ext recipes index --write`'
+    with open(REPO / 'recipes' / 'index.csv', newline='') as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert tuple(reader.fieldnames) == INDEX_COLUMNS == (
+        'recipe', 'paper', 'dataset', 'table', 'row', 'model', 'global_batch', 'expected_top1')
+    assert [r['recipe'] for r in rows] == PAPER_RECIPES
+    # numbers typed from the papers: ViT-S/16-SAM 78.1 (ViT-SAM Table 2), its vanilla 78.1 - 3.7, PiT-Ti 100 - 24.1
+    by_name = {r['recipe']: r for r in rows}
+    assert by_name['vit-sam/imagenet/vit_s16_sam.yaml']['expected_top1'] == '78.1'
+    assert by_name['vit-sam/imagenet/vit_s16.yaml']['expected_top1'] == '74.4'
+    assert by_name['how-do-vits-work/cifar100/pit_ti_p2.yaml']['expected_top1'] == '75.9'
+    assert by_name['how-do-vits-work/imagenet/alternet_50.yaml']['expected_top1'] == ''  # a figure only
+    assert by_name['vit-sam/imagenet/mixer_b16_sam.yaml']['global_batch'] == '4096'
+    readme = (REPO / 'recipes' / 'README.md').read_text()
+    start, end = readme.index(INDEX_MARKERS[0]) + len(INDEX_MARKERS[0]), readme.index(INDEX_MARKERS[1])
+    assert readme[start:end] == '\n' + format_index_markdown(build_index())
+    assert ('| [`vit-sam/imagenet/vit_s16_sam`](vit-sam/imagenet/vit_s16_sam.yaml) | vit-sam | Table 2 | '
+            'ViT-S/16-SAM | `vit_small_patch16_224` | 4096 | 78.1 |') in readme
+
+
+@needs_train_py
+@pytest.mark.parametrize('recipe', PAPER_RECIPES)
+def test_paper_recipe_is_its_papers_setting(parser, recipe):
+    """Every paper value is written in the recipe (not left to train.py's default) and equal to it, except the
+    documented deviations, where the recipe holds the deviation's value."""
+    row = _row(recipe)
+    config = load_recipe(REPO / 'recipes' / recipe)
+    assert check_against_paper(config, row, parser, explicit=True) == []
+    assert config['device_modules'][0] == 'timm_ext'
+    per_step = config.get('batch_size', 128) * config.get('grad_accum_steps', 1)
+    assert row.global_batch % per_step == 0, (row.global_batch, per_step)
+
+
+@pytest.mark.parametrize('recipe', PAPER_RECIPES)
+def test_paper_recipe_model_builds_as_train_py_builds_it(recipe):
+    """The model name and model_kwargs exist (on the meta device: no memory, no weights), with the classes,
+    dropout and drop-path train.py passes; the recipe's patch size, where it sets one, is the model's."""
+    import timm
+    import torch
+
+    config = load_recipe(REPO / 'recipes' / recipe)
+    for module in config['device_modules']:  # as train.py does: registers timm-ext's models
+        importlib.import_module(module)
+    with torch.device('meta'):
+        model = timm.create_model(
+            config['model'], pretrained=False, num_classes=config.get('num_classes'), drop_rate=config.get('drop', 0.),
+            drop_path_rate=config.get('drop_path'), **config.get('model_kwargs', {}))
+    kwargs = config.get('model_kwargs', {})
+    if config.get('num_classes'):
+        assert model.num_classes == config['num_classes']
+    if 'patch_size' in kwargs and hasattr(model, 'patch_embed'):
+        assert model.patch_embed.patch_size[0] == kwargs['patch_size']
+
+
+def test_mixer_with_8x8_patches_is_table_8s():
+    """ViT-SAM Table 8: Mixer-S/8 20M params, Mixer-B/8 64M, 784 tokens; timm's S/16 and B/16 otherwise."""
+    import timm
+    import torch
+
+    for name, ref, millions in (('mixer_s8_224', 'mixer_s16_224', 20), ('mixer_b8_224', 'mixer_b16_224', 64)):
+        model, base = timm.create_model(name), timm.create_model(ref)
+        assert round(sum(p.numel() for p in model.parameters()) / 1e6) in (millions, millions + 1)
+        assert model.stem.num_patches == 784 and model.stem.proj.kernel_size == (8, 8)
+        # the same blocks as timm's 16x16 model except the token MLP, whose input is the 784 tokens
+        assert len(model.blocks) == len(base.blocks) and model.embed_dim == base.embed_dim
+        assert model.blocks[0].mlp_tokens.fc1.in_features == 784
+        assert model(torch.zeros(1, 3, 224, 224)).shape == (1, 1000)
+    with pytest.raises(RuntimeError, match='No pretrained weights are published for mixer_s8_224'):
+        timm.create_model('mixer_s8_224', pretrained=True)
+
+
+@pytest.mark.parametrize('recipe', PAPER_RECIPES)
+def test_paper_recipe_header_says_where_it_comes_from(recipe):
+    text = (REPO / 'recipes' / recipe).read_text()
+    row = _row(recipe)
+    header = text[:text.index('\ndevice_modules:')]
+    assert all(line.startswith('#') for line in header.strip().splitlines())
+    assert row.table in header and 'Expected top-1' in header
+    if row.expected_top1 is not None:
+        assert str(row.expected_top1) in header
+    assert f'timm-ext train -c {row.name}' in header and f'train.py -c recipes/{recipe}' in header
+    missing = [key for key in row.deviations if key not in header]
+    assert not missing, f'deviations not in the header: {missing}'
+
+
+@needs_train_py
+def test_paper_check_names_each_difference(parser):
+    """ViT-SAM ViT-S/16 + SAM (Table 2 / 11 / 12): the values train.py's defaults silently change."""
+    row = find_paper_row('vit-sam/imagenet/vit_s16_sam')
+    recipe = load_recipe(REPO / 'recipes' / row.recipe)
+    assert check_against_paper(recipe, row, parser, explicit=True) == []
+    bad = copy.deepcopy(recipe)
+    del bad['smoothing'], bad['color_jitter']
+    bad['opt_kwargs']['rho'] = 0.05
+    bad['sched'] = 'poly'
+    bad['warmup_epochs'] = 10
+    bad['model'] = 'vit_small_patch32_224'
+    assert check_against_paper(bad, row, parser) == [
+        "model is 'vit_small_patch32_224'; vit-sam Table 2 'ViT-S/16-SAM' trains 'vit_small_patch16_224'",
+        "opt_kwargs.rho is 0.05 but Table 2 has 0.1 (Table 11: ViT-S/16-SAM supervised)",
+        "sched is 'poly' but Table 2 has 'cosine' (Table 12: cosine decay)",
+        "warmup_epochs is 10; Table 2 has 31.97 (Table 12: 10K warmup steps at batch 4096 = 31.97 epochs of "
+        "1,281,167 images), and the recipe's documented deviation is 32 (train.py's --warmup-epochs takes whole "
+        "epochs (32 epochs of ~312.8 updates = 10009 steps))",
+        "smoothing is not set (train.py's default: 0.1); Table 2 has 0.0 (App H: no label smoothing (not listed; "
+        "train.py's default 0.1 would add it)), and the recipe's documented deviation is 1e-06 (train.py builds its "
+        "sigmoid (BCE) loss only when mixup or smoothing is on (smoothing 0 gives softmax cross-entropy, bce_loss "
+        "ignored); 1e-6 turns it on with targets 0.999999 / 1e-9, a negligible change): write `smoothing: 1.0e-06`",
+        "color_jitter is not set (train.py's default: 0.4); Table 2 has 0.0 (App H: crop + flip only (train.py adds "
+        "colour jitter 0.4 when aa is unset)): write `color_jitter: 0.0`",
+    ]
+    # a user's recipe may leave a value to train.py when the default is the paper's; a packaged one may not
+    lean = {k: v for k, v in recipe.items() if k != 'hflip'}
+    assert check_against_paper(lean, row, parser) == []
+    assert check_against_paper(lean, row, parser, explicit=True) == [
+        "hflip is not set (train.py's default: 0.5); Table 2 has 0.5 (App H: horizontal flip with probability "
+        "50%): write `hflip: 0.5`"]
+    # numbers as train.py reads them: '3e-3' (YAML text) and 0.003 are the same lr
+    assert check_against_paper(dict(recipe, lr='3e-3'), row, parser) == []
+    lean['model_kwargs'] = {'pos_drop_rate': 0.1}
+    assert check_against_paper(lean, row, parser) == [
+        'model_kwargs.proj_drop_rate is not set; Table 2 has 0.1 (Table 12: dropout 0.1 (after each dense layer, '
+        'ViT code)): write `model_kwargs: {proj_drop_rate: 0.1}`']
+
+
+def test_paper_rows_by_name_or_path():
+    row = find_paper_row('how-do-vits-work/cifar100/alternet_50')
+    assert row == find_paper_row('how-do-vits-work/cifar100/alternet_50.yaml', _paper_rows())
+    assert (row.paper, row.dataset, row.model, row.global_batch) == ('how-do-vits-work', 'cifar100',
+                                                                     'alternet_50_cifar', 96)
+    path = REPO / 'recipes' / 'vit-sam' / 'cifar10' / 'vit_b16_sam_finetune.yaml'
+    assert packaged_row(path).row == 'ViT-B/16-SAM, CIFAR-10' and packaged_row(path).expected_top1 == 98.6
+    assert packaged_row(REPO / 'recipes' / 'examples' / 'sam_minimal.yaml') is None
+    with pytest.raises(RecipeError, match=r"no paper row for 'vit-sam/imagenet/vit_s16_sma': .*did you mean "
+                                          r"vit-sam/imagenet/vit_s16_sam"):
+        find_paper_row('vit-sam/imagenet/vit_s16_sma')
+
+
+_GOOD_ROW = {'table': 'Table 2', 'row': 'X', 'model': 'resnet50', 'global_batch': 256, 'expected_top1': 76.0,
+             'values': {'smoothing': {'value': 0.0, 'source': 'Table 12'}}}
+
+
+@pytest.mark.parametrize('edit, message', [
+    (lambda d: d.update(paper='other'), r"`paper` is 'other'; it must be the file's name 'mypaper'"),
+    (lambda d: d['recipes'].update({'mypaper/cifar5/x.yaml': _GOOD_ROW}),
+     r"a recipe path must be mypaper/<dataset>/<name>.yaml with dataset one of imagenet, cifar10, cifar100"),
+    (lambda d: d['recipes']['mypaper/imagenet/x.yaml'].pop('table'), r"'mypaper/imagenet/x.yaml': missing table"),
+    (lambda d: d['recipes']['mypaper/imagenet/x.yaml'].update(expected_top1='76'),
+     r"expected_top1 '76' must be a percentage or null"),
+    (lambda d: d['recipes']['mypaper/imagenet/x.yaml']['values'].update(lr=0.1),
+     r"values 'lr' must be \{value: ..., source: \"text\"\}, not 0.1"),
+    (lambda d: d['recipes']['mypaper/imagenet/x.yaml'].update(
+        deviations={'smoothing': {'recipe': 0.0, 'reason': 'why'}}),
+     r"deviation 'smoothing' gives the paper's own value 0.0; remove it"),
+    (lambda d: d['recipes']['mypaper/imagenet/x.yaml'].update(
+        deviations={'lr': {'recipe': 0.2, 'reason': 'why'}}), r"deviation 'lr' has no paper value under `values`"),
+])
+def test_malformed_paper_values_are_one_line_errors(tmp_path, edit, message):
+    doc = {'paper': 'mypaper', 'title': 'T', 'recipes': {'mypaper/imagenet/x.yaml': copy.deepcopy(_GOOD_ROW)}}
+    (tmp_path / 'mypaper.yaml').write_text(yaml.safe_dump(doc))
+    assert list(load_paper_values(tmp_path)) == ['mypaper/imagenet/x.yaml']
+    edit(doc)
+    (tmp_path / 'mypaper.yaml').write_text(yaml.safe_dump(doc))
+    with pytest.raises(RecipeError, match=message):
+        load_paper_values(tmp_path)

@@ -15,10 +15,7 @@ import importlib.util
 import inspect
 import os
 import shutil
-import site
 import subprocess
-import sys
-import tempfile
 import warnings
 from functools import partial
 from pathlib import Path
@@ -26,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from _timm_venvs import venv_python as _venv_python
 
 from timm_ext.cli import main
 from timm_ext.script_patches import (
@@ -355,32 +353,6 @@ def test_patched_loop_is_unchanged_for_other_optimizers(train_modules):
 
 
 # ---- end to end: the patched v1.0.22 train.py under timm 1.0.22, in a throwaway virtualenv --------------
-
-def _venv_python(version: str) -> Path:
-    """A virtualenv with timm==version over this interpreter's packages (torch, timm-ext's deps), cached in
-    the temp dir per timm version and interpreter."""
-    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
-    root = Path(tempfile.gettempdir()) / f'timm-ext-venv-timm-{version}-{key}'
-    python = root / 'bin' / 'python'
-    ready = root / '.timm-ext-ready'
-    if ready.is_file():
-        return python
-    shutil.rmtree(root, ignore_errors=True)
-    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(root)], check=True, capture_output=True)
-    site_dir = subprocess.run([str(python), '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))'],
-                              check=True, capture_output=True, text=True).stdout.strip()
-    parents = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
-    # later on sys.path than the venv's own site-packages: the venv's timm wins, the rest is shared
-    Path(site_dir, '_timm_ext_parent_site.pth').write_text(
-        ''.join(f'import site; site.addsitedir({p!r})\n' for p in parents))
-    proc = subprocess.run([str(python), '-m', 'pip', 'install', '--quiet', '--no-deps', f'timm=={version}'],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f'pip could not install timm=={version}: {(proc.stderr.strip().splitlines() or ["?"])[-1]}')
-    ready.write_text(version)
-    return python
-
 
 def _image_folder(root: Path):
     import numpy as np

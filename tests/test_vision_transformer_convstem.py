@@ -82,7 +82,7 @@ def test_every_timm_ext_vit_takes_the_stem_kwarg(name):
     model = timm.create_model(name, stem='3conv_3relu_1proj', img_size=32, depth=1)
     assert isinstance(model.patch_embed, ConvStemPatchEmbed) and model.patch_embed.stem == '3conv_3relu_1proj'
     assert model.pretrained_cfg['first_conv'] == 'patch_embed.conv.0'
-    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 1000)
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, model.num_classes)
     patch = timm.create_model(name, stem='patch', img_size=32, depth=1)
     assert type(patch.patch_embed) is PatchEmbed and patch.pretrained_cfg['first_conv'] == 'patch_embed.proj'
 

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from timm_ext.layers import WindowAttention2d
-from timm_ext.layers.window_attention import window_attention_mask, window_partition_nchw, window_reverse_nchw
+from timm_ext.layers.window_attention import (
+    raster_rows_to_nchw,
+    window_attention_mask,
+    window_partition_nchw,
+    window_reverse_nchw,
+    windows_to_raster_rows,
+)
 
 
 def _bias_from_table(table: torch.Tensor, ws: int) -> torch.Tensor:
@@ -143,6 +149,51 @@ def test_partition_order_and_reverse():
     assert tokens[8:12, 0].tolist() == [4, 0, 9, 0]  # window (0, 2): column 4 real, column 5 padded with zeros
     assert tokens[24, 0].item() == 20  # image 1 starts after image 0's six windows
     torch.testing.assert_close(window_reverse_nchw(tokens, x, 2), x)
+
+
+def test_windows_to_raster_rows_order():
+    """Row (b, r, c) of the padded map, channel (h, d) = window output (b, r // ws, c // ws), token
+    (r % ws, c % ws), head h, dim d; checked element by element on a 5x3 map in windows of 2 (padded to 6x4)."""
+    B, ws, heads, d, H, W = 2, 2, 3, 2, 5, 3
+    nh, nw, Hp, Wp = 3, 2, 6, 4
+    out = torch.randn(B * nh * nw, ws * ws, heads, d)
+    rows = windows_to_raster_rows(out.transpose(0, 1).contiguous().transpose(0, 1), torch.empty(B, 1, H, W), ws)
+    assert rows.shape == (B * Hp * Wp, heads * d)
+    for b in range(B):
+        for r in range(Hp):
+            for c in range(Wp):
+                window = (b * nh + r // ws) * nw + c // ws
+                expected = out[window, (r % ws) * ws + c % ws].reshape(-1)
+                assert torch.equal(rows[(b * Hp + r) * Wp + c], expected), (b, r, c)
+
+
+@pytest.mark.parametrize('size', [(4, 6), (5, 3)], ids=['divisible', 'padded'])
+@pytest.mark.parametrize('channels_last', [False, True], ids=['nchw', 'channels_last'])
+def test_raster_rows_to_nchw(size, channels_last):
+    """Values cropped to the map, memory format of ``like``; a channels-last map the window divides is a view."""
+    B, C, ws = 2, 3, 2
+    H, W = size
+    Hp, Wp = -(-H // ws) * ws, -(-W // ws) * ws
+    rows = torch.randn(B * Hp * Wp, C)
+    like = torch.empty(B, C, H, W)
+    like = like.contiguous(memory_format=torch.channels_last) if channels_last else like
+    x = raster_rows_to_nchw(rows, like, ws)
+    assert x.shape == (B, C, H, W)
+    assert x.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    for b, c, r, col in ((0, 0, 0, 0), (1, 2, H - 1, W - 1), (1, 1, 2, 1), (0, 2, H - 1, 0)):
+        assert x[b, c, r, col] == rows[(b * Hp + r) * Wp + col, c]
+    assert (x.data_ptr() == rows.data_ptr()) == (channels_last and size == (4, 6))
+
+
+def test_channels_last_output_needs_no_copy_after_the_projection(layer):
+    """The projection writes the channels-last map directly: the output is the projection's own tensor."""
+    x = torch.randn(2, 6, 6, 9, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    projected = []
+    handle = layer.proj.register_forward_hook(lambda module, args, out: projected.append(out))
+    with torch.no_grad():
+        out = layer(x)
+    handle.remove()
+    assert out.data_ptr() == projected[0].data_ptr()
 
 
 def test_no_padding_raises_for_a_window_larger_than_the_map():

@@ -39,6 +39,9 @@ _CB = Family('Context Broadcasting', 'Hyeon-Woo et al., Scratching Visual Transf
 _STEM = Family('Scaled-ReLU conv stem', 'Wang et al., Scaled ReLU Matters for Training Vision Transformers, '
                'AAAI 2022', '2109.03810')
 _ALTERNET = Family('AlterNet', 'Park & Kim, How Do Vision Transformers Work?, ICLR 2022', '2202.06709')
+_VIT_SAM = Family('ViT-SAM Mixer /8', 'Chen et al., When Vision Transformers Outperform ResNets without Pretraining '
+                   'or Strong Data Augmentations, ICLR 2022', '2106.01548')
+_HDVW = Family('how-do-vits-work baselines', 'Park & Kim, How Do Vision Transformers Work?, ICLR 2022', '2202.06709')
 
 # the module that registers a model -> its family (a new family module must be added here; a test checks it)
 FAMILIES: Dict[str, Family] = {
@@ -48,6 +51,8 @@ FAMILIES: Dict[str, Family] = {
     'timm_ext.models.vision_transformer_convstem': _STEM,
     'timm_ext.models.volo_convstem': _STEM,
     'timm_ext.models.alternet': _ALTERNET,
+    'timm_ext.models.hdvw_baselines': _HDVW,
+    'timm_ext.models.mlp_mixer_p8': _VIT_SAM,
 }
 
 
@@ -81,6 +86,9 @@ def model_info(name: str) -> ModelInfo:
     family = FAMILIES.get(module, Family(module.rsplit('.', 1)[-1], '', ''))
     with torch.device('meta'):
         model = timm.create_model(name, pretrained=False)
+    # no parameter needs a gradient: FlopCounterMode's module tracker hooks every tensor that does,
+    # and PiT's forward passes parameters through tuples where no_grad leaves them without a grad_fn
+    model.requires_grad_(False)
     input_size = tuple(model.pretrained_cfg['input_size'])
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model.eval()(torch.empty((1,) + input_size, device='meta'))

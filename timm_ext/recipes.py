@@ -10,6 +10,8 @@ run (each problem is one line that says the fix):
   ``epochs: 1.5``, a value outside the argument's choices);
 * an ``opt`` name with an underscore before a SAM name (``sam_adamw``): timm's optimizer factory
   keeps only the text after the last underscore and builds plain AdamW;
+* ``bce_loss: true`` with label smoothing 0 and no mixup / cutmix: train.py then builds softmax
+  cross-entropy and ignores ``bce_loss`` (it builds its BCE loss only in the mixup and smoothing branches);
 and, for a full command line (recipe + arguments, :func:`check_train_args`):
 * ``--device cuda`` (train.py's default) where CUDA is not available;
 * an ImageFolder whose class count differs from the number of classes the model will have
@@ -17,25 +19,39 @@ and, for a full command line (recipe + arguments, :func:`check_train_args`):
 * a baseline ``--opt adamw`` over a SAM recipe whose ``opt_kwargs`` still carry SAM's ``rho``;
 and for validate.py (:func:`check_validate_args`): a ``--checkpoint`` that does not exist, no CUDA.
 
+The paper recipes (``recipes/<paper>/<dataset>/<name>.yaml``) are traced to their papers by the
+paper-values tables (``timm_ext/_data/paper_values/<paper>.yaml``): for each recipe the table and
+row, the model, the global batch, the expected top-1, and every setting the paper states, as
+train.py argument names with the paper's value and where the paper says it. A recipe that differs
+from its paper does so only where the row lists a ``deviations`` entry with the reason
+(:func:`check_against_paper`). ``recipes/index.csv`` is generated from those tables
+(:func:`build_index`, ``timm-ext recipes index --write``).
+
 Recipes ship in the repository's ``recipes/`` folder (inside the wheel as ``timm_ext/_recipes``) and
 are named by their path without ``.yaml``: ``examples/sam_minimal``, ``vit-sam/imagenet/vit_b16_sam``.
 """
 import argparse
 import contextlib
+import csv
 import difflib
 import io
+import math
 import os
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import yaml
 
 from timm_ext._resources import packaged_dir
 
 __all__ = [
-    'RecipeError', 'check_recipe', 'check_train_args', 'check_validate_args', 'effective_args', 'find_recipe',
-    'is_sam_optimizer', 'list_recipes', 'load_recipe', 'recipes_dir',
+    'INDEX_COLUMNS', 'INDEX_MARKERS', 'PaperRow', 'RecipeError', 'build_index', 'check_against_paper', 'check_recipe',
+    'check_train_args', 'check_validate_args', 'effective_args', 'find_paper_row', 'find_recipe', 'format_index',
+    'format_index_markdown',
+    'is_sam_optimizer', 'list_recipes', 'load_paper_values', 'load_recipe', 'packaged_row', 'paper_values_dir',
+    'recipes_dir', 'write_index',
 ]
 
 _SUFFIX = '.yaml'
@@ -44,6 +60,11 @@ _SAM_ONLY_KEYS = ('rho', 'adaptive', 'eta', 'base')
 # what a non-SAM optimizer rejects when a SAM recipe's opt_kwargs are kept
 _SAM_OPT_KWARGS = _SAM_ONLY_KEYS + ('clip_grad', 'clip_mode')
 _IMAGE_FOLDER_DATASETS = ('', 'folder', 'image_folder')
+INDEX_COLUMNS = ('recipe', 'paper', 'dataset', 'table', 'row', 'model', 'global_batch', 'expected_top1')
+DATASETS = ('imagenet', 'cifar10', 'cifar100')
+_ROW_FIELDS = ('table', 'row', 'model', 'global_batch', 'expected_top1', 'values')
+_PAPER_VALUES = Path(__file__).resolve().parent / '_data' / 'paper_values'
+_YAML_LOADER = getattr(yaml, 'CSafeLoader', yaml.SafeLoader)  # libyaml's safe loader when PyYAML has it: ~10x faster
 
 
 class RecipeError(ValueError):
@@ -80,7 +101,7 @@ def find_recipe(name_or_path: Union[str, Path]) -> Path:
 def load_recipe(path: Union[str, Path]) -> Dict[str, Any]:
     """The recipe as a dict (a YAML mapping; an empty file is an empty recipe)."""
     try:
-        config = yaml.safe_load(Path(path).read_text())
+        config = yaml.load(Path(path).read_text(), Loader=_YAML_LOADER)
     except yaml.YAMLError as e:
         raise RecipeError(f'recipe {path} is not valid YAML: {" ".join(str(e).split())}') from None
     if config is None:
@@ -90,18 +111,296 @@ def load_recipe(path: Union[str, Path]) -> Dict[str, Any]:
     return config
 
 
+@dataclass(frozen=True)
+class PaperRow:
+    """One recipe's row of a paper-values table: where the paper reports it and the values it states.
+
+    ``values`` maps a train.py argument (``opt``, or ``model_kwargs.proj_drop_rate`` for one entry of a
+    mapping argument) to ``{'value': ..., 'source': 'Table 12'}``; ``deviations`` maps the arguments the
+    recipe sets differently to ``{'recipe': ..., 'reason': ...}``; ``not_expressible`` lists, as text, the
+    paper's settings that have no train.py argument (pad-4 crop, per-core SAM) and the recipe's choices
+    where the paper states nothing.
+    """
+    recipe: str
+    paper: str
+    title: str
+    table: str
+    row: str
+    model: str
+    global_batch: int
+    expected_top1: Optional[float]
+    values: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    deviations: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    not_expressible: Tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The recipe's name, as `timm-ext train -c` takes it (its path under recipes/ without .yaml)."""
+        return self.recipe[:-len(_SUFFIX)]
+
+    @property
+    def dataset(self) -> str:
+        return self.recipe.split('/')[1]
+
+    @property
+    def cite(self) -> str:
+        return f'{self.paper} {self.table} {self.row!r}'
+
+
+def paper_values_dir() -> Path:
+    """The folder of paper-values tables (package data: one ``<paper>.yaml`` per paper)."""
+    return _PAPER_VALUES
+
+
+def load_paper_values(folder: Optional[Union[str, Path]] = None) -> Dict[str, PaperRow]:
+    """Every paper-values row, by recipe path under recipes/ (``vit-sam/imagenet/vit_s16_sam.yaml``)."""
+    folder = Path(folder) if folder is not None else paper_values_dir()
+    rows: Dict[str, PaperRow] = {}
+    for path in sorted(folder.glob(f'*{_SUFFIX}')):
+        for row in _read_paper_values(path):
+            if row.recipe in rows:
+                raise RecipeError(f'{path}: recipe {row.recipe!r} already has a row in {rows[row.recipe].paper}.yaml')
+            rows[row.recipe] = row
+    return rows
+
+
+def find_paper_row(name: Union[str, Path], rows: Optional[Dict[str, PaperRow]] = None) -> PaperRow:
+    """The paper row of a packaged recipe: its name (``vit-sam/imagenet/vit_s16_sam``), with or without
+    ``.yaml``, or the path of the packaged file."""
+    rows = load_paper_values() if rows is None else rows
+    key = _recipe_key(name)
+    if key in rows:
+        return rows[key]
+    names = [r.name for r in rows.values()]
+    close = difflib.get_close_matches(key[:-len(_SUFFIX)], names, n=3, cutoff=0.5)
+    hint = f'; did you mean {", ".join(close)}?' if close else ''
+    raise RecipeError(f'no paper row for {str(name)!r}: not one of the {len(rows)} paper recipes '
+                      f'(`timm-ext recipes list`){hint}')
+
+
+def packaged_row(path: Union[str, Path], rows: Optional[Dict[str, PaperRow]] = None) -> Optional[PaperRow]:
+    """The paper row of ``path`` when it is a packaged paper recipe, else None."""
+    try:
+        rel = Path(path).resolve().relative_to(recipes_dir().resolve()).as_posix()
+    except ValueError:
+        return None
+    rows = load_paper_values() if rows is None else rows
+    return rows.get(rel)
+
+
+def check_against_paper(
+        config: Dict[str, Any], row: PaperRow, parser: argparse.ArgumentParser, explicit: bool = False,
+) -> List[str]:
+    """Where a recipe differs from its paper row: each paper value must be the recipe's, except where the row
+    documents a deviation (then the recipe must have the deviation's value). ``explicit``: a value left to
+    train.py's default is a problem even when the default happens to agree (packaged recipes)."""
+    actions = _actions_by_dest(parser)
+    problems = []
+    if config.get('model') != row.model:
+        problems.append(f'model is {config.get("model")!r}; {row.cite} trains {row.model!r}')
+    for key, entry in row.values.items():
+        top, _, sub = key.partition('.')
+        action = actions.get(top)
+        if action is None or (sub and not isinstance(action.default, dict)):
+            problems.append(f'paper value {key!r} of {row.recipe} is not a train.py argument: fix {row.paper}.yaml')
+            continue
+        present, got = _recipe_value(config, top, sub, action)
+        deviation = row.deviations.get(key)
+        expected = deviation['recipe'] if deviation else entry['value']
+        if not (_same(got, expected) and (present or not explicit)):
+            problems.append(_paper_difference(key, row, entry, deviation, present, got, action))
+    return problems
+
+
+def _recipe_value(config: Dict[str, Any], top: str, sub: str, action: argparse.Action) -> Tuple[bool, Any]:
+    """(whether the recipe sets it, the value train.py uses): ``sub`` is an entry of the mapping ``top``."""
+    if sub:
+        mapping = config.get(top) or {}
+        return sub in mapping, mapping.get(sub)
+    return top in config, config.get(top, action.default)
+
+
+def _paper_difference(
+        key: str, row: PaperRow, entry: Dict[str, Any], deviation: Optional[Dict[str, Any]], present: bool,
+        got: Any, action: argparse.Action,
+) -> str:
+    expected = deviation['recipe'] if deviation else entry['value']
+    paper = f'{row.table} has {entry["value"]!r} ({entry["source"]})'
+    if deviation:
+        paper += f', and the recipe\'s documented deviation is {expected!r} ({deviation["reason"]})'
+    if not present:
+        default = 'not set' if '.' in key else f'not set (train.py\'s default: {action.default!r})'
+        return f'{key} is {default}; {paper}: write `{_yaml_item(key, expected)}`'
+    return f'{key} is {got!r}; {paper}' if deviation else f'{key} is {got!r} but {paper}'
+
+
+def build_index(rows: Optional[Dict[str, PaperRow]] = None) -> List[Dict[str, str]]:
+    """The rows of ``recipes/index.csv``, one per paper recipe, sorted by recipe path."""
+    rows = load_paper_values() if rows is None else rows
+    return [{
+        'recipe': r.recipe, 'paper': r.paper, 'dataset': r.dataset, 'table': r.table, 'row': r.row,
+        'model': r.model, 'global_batch': str(r.global_batch),
+        'expected_top1': '' if r.expected_top1 is None else str(float(r.expected_top1)),
+    } for r in sorted(rows.values(), key=lambda r: r.recipe)]
+
+
+def format_index(index: Sequence[Dict[str, str]]) -> str:
+    """The index as CSV text (``INDEX_COLUMNS``, ``\\n`` line ends)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=INDEX_COLUMNS, lineterminator='\n')
+    writer.writeheader()
+    writer.writerows(index)
+    return out.getvalue()
+
+
+def format_index_markdown(index: Sequence[Dict[str, str]]) -> str:
+    """The index as a Markdown table (recipes/README.md holds it between the ``INDEX_MARKERS``)."""
+    lines = ['| recipe | paper | table | row | model | global batch | top-1 |', '|---|---|---|---|---|---:|---:|']
+    for r in index:
+        cells = [f'[`{r["recipe"][:-len(_SUFFIX)]}`]({r["recipe"]})', r['paper'], r['table'], r['row'],
+                 f'`{r["model"]}`', r['global_batch'], r['expected_top1'] or '(figure)']
+        lines.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+INDEX_MARKERS = ('<!-- index: generated by `timm-ext recipes index --write` -->', '<!-- index: end -->')
+
+
+def write_index(path: Optional[Union[str, Path]] = None) -> Path:
+    """Regenerate ``recipes/index.csv`` (or ``path``) from the paper-values tables, and the table between the
+    ``INDEX_MARKERS`` of the README.md beside it."""
+    path = Path(path) if path is not None else recipes_dir() / 'index.csv'
+    index = build_index()
+    path.write_text(format_index(index))
+    readme = path.parent / 'README.md'
+    if readme.is_file():
+        text = readme.read_text()
+        start, end = (text.find(m) for m in INDEX_MARKERS)
+        if 0 <= start < end:
+            text = text[:start + len(INDEX_MARKERS[0])] + '\n' + format_index_markdown(index) + text[end:]
+            readme.write_text(text)
+    return path
+
+
+def _recipe_key(name: Union[str, Path]) -> str:
+    path = Path(name)
+    if path.is_file():
+        try:
+            return path.resolve().relative_to(recipes_dir().resolve()).as_posix()
+        except ValueError:
+            pass
+    key = str(name).replace(os.sep, '/')
+    return key if key.endswith(_SUFFIX) else f'{key}{_SUFFIX}'
+
+
+def _read_paper_values(path: Path) -> List[PaperRow]:
+    """The rows of one paper-values file; a malformed file is a one-line RecipeError naming the entry."""
+    data = load_recipe(path)
+    paper = data.get('paper')
+    if paper != path.stem:
+        raise RecipeError(f'{path}: `paper` is {paper!r}; it must be the file\'s name {path.stem!r}')
+    recipes = data.get('recipes')
+    if not isinstance(recipes, dict) or not recipes:
+        raise RecipeError(f'{path}: `recipes` must be a non-empty mapping of recipe path -> row')
+    return [_paper_row(path, paper, str(data.get('title', '')), key, row) for key, row in recipes.items()]
+
+
+def _paper_row(path: Path, paper: str, title: str, key: Any, row: Any) -> PaperRow:
+    where = f'{path.name}: {key!r}'
+    parts = str(key).split('/')
+    if len(parts) != 3 or parts[0] != paper or parts[1] not in DATASETS or not parts[2].endswith(_SUFFIX):
+        raise RecipeError(f'{where}: a recipe path must be {paper}/<dataset>/<name>.yaml with dataset one of '
+                          f'{", ".join(DATASETS)}')
+    if not isinstance(row, dict):
+        raise RecipeError(f'{where}: the row must be a mapping, not {_kind(row)}')
+    missing = [f for f in _ROW_FIELDS if f not in row]
+    unknown = [f for f in row if f not in _ROW_FIELDS + ('deviations', 'not_expressible')]
+    if missing or unknown:
+        raise RecipeError(f'{where}: ' + '; '.join(
+            ([f'missing {", ".join(missing)}'] if missing else []) + ([f'unknown {", ".join(unknown)}'] if unknown
+                                                                      else [])))
+    top1 = row['expected_top1']
+    if not (isinstance(row['global_batch'], int) and row['global_batch'] > 0):
+        raise RecipeError(f'{where}: global_batch {row["global_batch"]!r} must be a positive int')
+    if top1 is not None and (isinstance(top1, bool) or not isinstance(top1, (int, float)) or not 0 < top1 <= 100):
+        raise RecipeError(f'{where}: expected_top1 {top1!r} must be a percentage or null (given only in a figure)')
+    values = _entries(where, 'values', row['values'], ('value', 'source'))
+    deviations = _entries(where, 'deviations', row.get('deviations') or {}, ('recipe', 'reason'))
+    for name, dev in deviations.items():
+        if name not in values:
+            raise RecipeError(f'{where}: deviation {name!r} has no paper value under `values`')
+        if _same(dev['recipe'], values[name]['value']):
+            raise RecipeError(f'{where}: deviation {name!r} gives the paper\'s own value {dev["recipe"]!r}; remove it')
+    notes = row.get('not_expressible') or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) and n for n in notes):
+        raise RecipeError(f'{where}: not_expressible must be a list of texts')
+    return PaperRow(
+        recipe=str(key), paper=paper, title=title, table=str(row['table']), row=str(row['row']),
+        model=str(row['model']), global_batch=row['global_batch'], expected_top1=top1,
+        values=values, deviations=deviations, not_expressible=tuple(notes))
+
+
+def _entries(where: str, what: str, entries: Any, fields: Tuple[str, str]) -> Dict[str, Dict[str, Any]]:
+    """``values`` / ``deviations``: argument -> {fields[0]: any, fields[1]: non-empty text}."""
+    if not isinstance(entries, dict):
+        raise RecipeError(f'{where}: `{what}` must be a mapping, not {_kind(entries)}')
+    for name, entry in entries.items():
+        if not isinstance(entry, dict) or set(entry) != set(fields) or not (
+                isinstance(entry[fields[1]], str) and entry[fields[1]]):
+            raise RecipeError(f'{where}: {what} {name!r} must be {{{fields[0]}: ..., {fields[1]}: "text"}}, '
+                              f'not {entry!r}')
+    return {str(k): v for k, v in entries.items()}
+
+
+def _normal(value: Any) -> Any:
+    """A value as train.py would hold it after parsing: numbers (and numeric text) as floats, tuples as lists."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if isinstance(value, (list, tuple)):
+        return [_normal(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in value.items()}
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    a, b = _normal(a), _normal(b)
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _yaml_item(key: str, value: Any) -> str:
+    top, _, sub = key.partition('.')
+    text = yaml.safe_dump(value, default_flow_style=True).strip()
+    text = text[:-len('...')].strip() if text.endswith('...') else text
+    return f'{top}: {{{sub}: {text}}}' if sub else f'{top}: {text}'
+
+
 def is_sam_optimizer(opt: str) -> bool:
-    """True when timm's factory (with timm_ext loaded) builds SAM for ``opt`` (``samadamw``, ``lookahead_sam``)."""
+    """True when timm's factory (with timm_ext loaded) builds a SAM-family optimizer for ``opt`` (``samadamw``,
+    ``gsamadamw``, ``looksamadamw``, ``lookahead_sam``)."""
     from timm.optim import get_optimizer_info, list_optimizers
 
     import timm_ext.optim  # noqa: F401  (registers SAM with timm's factory)
-    from timm_ext.optim.sam_factory import create_sam
+    from timm_ext.optim.sam_factory import create_gsam, create_looksam, create_sam
 
     name = str(opt).lower().split('_')[-1]
     if name not in list_optimizers():
         return False
     opt_class = get_optimizer_info(name).opt_class
-    return isinstance(opt_class, partial) and opt_class.func is create_sam
+    return isinstance(opt_class, partial) and opt_class.func in (create_sam, create_gsam, create_looksam)
 
 
 def check_recipe(config: Dict[str, Any], parser: argparse.ArgumentParser) -> List[str]:
@@ -123,7 +422,7 @@ def check_recipe(config: Dict[str, Any], parser: argparse.ArgumentParser) -> Lis
     opt = config.get('opt')
     if isinstance(opt, str):
         problems += _opt_problems(opt)
-    return problems
+    return problems + _loss_problems(lambda k: config.get(k, actions[k].default if k in actions else None))
 
 
 def check_train_args(
@@ -143,6 +442,7 @@ def check_train_args(
     if isinstance(args.opt, str):
         problems += _opt_problems(args.opt)
     problems += _device_problems(args.device, cuda_available)
+    problems += _loss_problems(lambda k: getattr(args, k, None))
     problems += _class_count_problems(args)
     recipe_opt = (config or {}).get('opt')
     if isinstance(recipe_opt, str) and is_sam_optimizer(recipe_opt) and not is_sam_optimizer(args.opt):
@@ -218,6 +518,21 @@ def _opt_problems(opt: str) -> List[str]:
         f"{'_'.join(prefix + [rest[0]])!r} with opt_kwargs: {{base: {rest[-1]}}}")
     return [f'opt {opt!r} builds plain {rest[-1]} in timm\'s optimizer factory (it keeps only the text after the '
             f'last underscore), not SAM: write {fix}']
+
+
+def _loss_problems(get: Callable[[str], Any]) -> List[str]:
+    """train.py (v1.0.28) builds BinaryCrossEntropy only when mixup / cutmix or label smoothing is on."""
+    try:
+        smoothing, mixup, cutmix = (float(get(k) or 0) for k in ('smoothing', 'mixup', 'cutmix'))
+    except (TypeError, ValueError):  # a bad value is reported by the type checks
+        return []
+    if get('bce_loss') is not True or get('jsd_loss') or mixup > 0 or cutmix > 0 or get('cutmix_minmax') is not None:
+        return []
+    if smoothing:
+        return []
+    return ['bce_loss is true but smoothing is 0 and mixup / cutmix are off: train.py then trains with softmax '
+            'cross-entropy and ignores bce_loss; for the sigmoid loss without smoothing set a negligible '
+            'smoothing, e.g. `smoothing: 1.0e-06`']
 
 
 def _kind(value: Any) -> str:

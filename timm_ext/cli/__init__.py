@@ -12,6 +12,7 @@ for subcommands that run timm's scripts.
 """
 import argparse
 import importlib
+import os
 import sys
 from typing import List, Optional
 
@@ -19,7 +20,7 @@ from timm_ext.cli._errors import CliError
 
 __all__ = ['CliError', 'build_parser', 'main']
 
-SUBCOMMANDS = ('train', 'validate', 'recipes', 'models', 'convert', 'patch', 'demo')
+SUBCOMMANDS = ('train', 'validate', 'recipes', 'models', 'convert', 'patch', 'demo', 'export', 'push', 'analyze')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,3 +56,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f'timm-ext {args.command}: interrupted', file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `timm-ext recipes list | head`: the reader left; no traceback, as for `cat`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout again at exit
+        return 141

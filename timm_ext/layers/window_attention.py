@@ -6,12 +6,14 @@ zero-padded at the bottom/right and the padded keys masked, so any input size wo
 code raises on them); ``pad_to_window=False`` turns that into a clear error instead.
 
 Layout, chosen for speed: the module returns the memory format it is given (contiguous NCHW, or
-channels-last), like the convs around it. The map is cut into window-major token rows by one copy, q/k/v
-come from one GEMM over those rows, and the projected rows go back to the map by one copy. In eval mode
-q/k/v go to ``F.scaled_dot_product_attention`` as 4-D strided views (its fused CPU kernel, no copy);
-in training the bias needs its gradient, which that kernel does not give, so the softmax is explicit
-(batched matmuls). The window helpers depend on the input size, so they are FX leaves
-(``register_notrace_function``), as timm's Swin window helpers are.
+channels-last), like the convs around it. The map is cut into window-major token rows by one copy and q/k/v
+come from one GEMM over those rows. The attention output goes back to raster order (batch, row, column) by one
+copy before the output projection, so the projected rows already are a channels-last map: no copy for a
+channels-last input the window divides, one (to NCHW, or to crop the padding) otherwise. In eval mode q/k/v go
+to ``F.scaled_dot_product_attention`` as 4-D strided views (its fused CPU kernel, no copy); in training the
+bias needs its gradient, which that kernel does not give, so the softmax is explicit (batched matmuls). The
+window helpers depend on the input size, so they are FX leaves (``register_notrace_function``), as timm's
+Swin window helpers are.
 """
 from typing import Optional, Tuple
 
@@ -21,7 +23,14 @@ import torch.nn.functional as F
 from timm.layers import register_notrace_function, trunc_normal_
 from timm.models.swin_transformer import get_relative_position_index
 
-__all__ = ['WindowAttention2d', 'window_attention_mask', 'window_partition_nchw', 'window_reverse_nchw']
+__all__ = [
+    'WindowAttention2d', 'raster_rows_to_nchw', 'window_attention_mask', 'window_partition_nchw', 'window_reverse_nchw',
+    'windows_to_raster_rows',
+]
+
+
+def _is_channels_last(x: torch.Tensor) -> bool:
+    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
 
 
 def _num_windows(height: int, width: int, window_size: int, pad_to_window: bool) -> Tuple[int, int]:
@@ -58,7 +67,7 @@ def window_reverse_nchw(tokens: torch.Tensor, like: torch.Tensor, window_size: i
     C = tokens.shape[-1]
     ws = window_size
     nh, nw = (H + ws - 1) // ws, (W + ws - 1) // ws
-    channels_last = not like.is_contiguous() and like.is_contiguous(memory_format=torch.channels_last)
+    channels_last = _is_channels_last(like)
     x = tokens.reshape(B, nh, nw, ws, ws, C)
     if channels_last:
         x = x.permute(0, 1, 3, 2, 4, 5).reshape(B, nh * ws, nw * ws, C).permute(0, 3, 1, 2)
@@ -67,6 +76,30 @@ def window_reverse_nchw(tokens: torch.Tensor, like: torch.Tensor, window_size: i
     if nh * ws != H or nw * ws != W:
         x = x[:, :, :H, :W].contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     return x
+
+
+@register_notrace_function  # reason: the window counts and padding follow the input size
+def windows_to_raster_rows(out: torch.Tensor, like: torch.Tensor, window_size: int) -> torch.Tensor:
+    """Attention output (B * nW, N, heads, head_dim), any strides, over the windows of
+    ``window_partition_nchw(like, window_size)`` -> (B * Hp * Wp, heads * head_dim) rows in raster order
+    (batch, row, column) of the padded map, in one copy."""
+    B, _, H, W = like.shape
+    ws = window_size
+    nh, nw = (H + ws - 1) // ws, (W + ws - 1) // ws
+    heads, head_dim = out.shape[-2:]
+    x = out.reshape(B, nh, nw, ws, ws, heads, head_dim).permute(0, 1, 3, 2, 4, 5, 6)
+    return x.reshape(B * nh * ws * nw * ws, heads * head_dim)
+
+
+@register_notrace_function  # reason: the window counts and padding follow the input size
+def raster_rows_to_nchw(rows: torch.Tensor, like: torch.Tensor, window_size: int) -> torch.Tensor:
+    """(B * Hp * Wp, C) raster rows of ``like``'s padded map -> (B, C, H, W), padding cropped, in ``like``'s
+    memory format: a view (no copy) when ``like`` is channels-last and the window divides it, else one copy."""
+    B, _, H, W = like.shape
+    ws = window_size
+    x = rows.view(B, (H + ws - 1) // ws * ws, (W + ws - 1) // ws * ws, rows.shape[-1])[:, :H, :W]
+    fmt = torch.channels_last if _is_channels_last(like) else torch.contiguous_format
+    return x.permute(0, 3, 1, 2).contiguous(memory_format=fmt)
 
 
 @register_notrace_function  # reason: the window counts and padding follow the input size
@@ -163,5 +196,5 @@ class WindowAttention2d(nn.Module):
         else:
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B * nW, heads, N, head_dim) views
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        out = self.proj_drop(self.proj(out.transpose(1, 2).reshape(tokens.shape[0], -1)))
-        return window_reverse_nchw(out, x, self.window_size)
+        rows = windows_to_raster_rows(out.transpose(1, 2), x, self.window_size)  # (B * Hp * Wp, heads * head_dim)
+        return raster_rows_to_nchw(self.proj_drop(self.proj(rows)), x, self.window_size)

@@ -22,7 +22,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 import torch
 import torch.nn as nn
-from timm.layers import BatchNormAct2d, ClassifierHead, DropPath, calculate_drop_path_rates, create_conv2d
+from timm.layers import (
+    BatchNormAct2d,
+    ClassifierHead,
+    DropPath,
+    calculate_drop_path_rates,
+    create_conv2d,
+    register_notrace_function,
+)
 from timm.models import generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint_seq
@@ -47,8 +54,33 @@ _DEPTHS: Dict[int, Tuple[str, Tuple[int, ...], Tuple[int, ...]]] = {
     101: ('bottleneck', (3, 4, 23, 4), (0, 1, 3, 2)),
     152: ('bottleneck', (3, 8, 36, 4), (0, 1, 3, 2)),
 }
-_BLOCK_TYPES = {'basic': (PreActBasic, 1.0), 'bottleneck': (PreActBottleneck, 0.25)}
 _STEM_TYPES = ('imagenet', 'cifar')
+
+
+class AlterNetBasic(PreActBasic):
+    """ timm's ``PreActBasic`` (same layers and state-dict keys); the residual sum is written into the last conv's
+    fresh output instead of a new tensor (that conv's backward does not need its output). """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_preact = self.norm1(x)
+        shortcut = x if self.downsample is None else self.downsample(x_preact)
+        x = self.conv2(self.norm2(self.conv1(x_preact)))
+        return self.drop_path(x).add_(shortcut)
+
+
+class AlterNetBottleneck(PreActBottleneck):
+    """ timm's ``PreActBottleneck`` (same layers and state-dict keys); the residual sum is written into the last
+    conv's fresh output instead of a new tensor (that conv's backward does not need its output). """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_preact = self.norm1(x)
+        shortcut = x if self.downsample is None else self.downsample(x_preact)
+        x = self.conv2(self.norm2(self.conv1(x_preact)))
+        x = self.conv3(self.norm3(x))
+        return self.drop_path(x).add_(shortcut)
+
+
+_BLOCK_TYPES = {'basic': (AlterNetBasic, 1.0), 'bottleneck': (AlterNetBottleneck, 0.25)}
 
 
 def alternet_msa_indices(num_blocks: int, num_msa: int) -> Tuple[int, ...]:
@@ -94,6 +126,8 @@ class LocalMsaBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x
         x = self.attn(self.norm2(self.proj_in(self.norm1(x))))
+        # out of place: the attention hands back a view (channels-last rows), and an in-place sum on a view makes
+        # autograd copy the whole gradient back in the view's base layout
         return self.drop_path(x) + shortcut
 
 
@@ -136,6 +170,13 @@ class AlterNetStage(nn.Module):
         if self.grad_checkpointing and not torch.jit.is_scripting():
             return checkpoint_seq(self.blocks, x)
         return self.blocks(x)
+
+
+@register_notrace_function  # reason: branches on the input's memory format
+def _memory_format_like(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``x`` in ``like``'s memory format (channels-last when ``like`` is, else contiguous); no copy if it already is."""
+    channels_last = not like.is_contiguous() and like.is_contiguous(memory_format=torch.channels_last)
+    return x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
 
 def _create_stem(stem_type: str, in_chans: int, out_chs: int, **dd) -> nn.Sequential:
@@ -195,6 +236,10 @@ class AlterNet(nn.Module):
         stem_chs: stem output channels.
         proj_drop: dropout after the MSA output projection (the official ``dropout``).
         drop_rate: classifier dropout. drop_path_rate: stochastic depth, linear over all blocks.
+        channels_last: run the trunk in channels-last memory whatever the input's format (one copy of the
+            input), so that oneDNN's convolutions and the window attention need no layout copies (faster on
+            CPU, same numbers; docs/alternet.md#speed). ``forward_features`` and ``forward_intermediates`` hand
+            back the input's memory format. False keeps the input's format throughout.
     """
 
     def __init__(
@@ -215,6 +260,7 @@ class AlterNet(nn.Module):
             proj_drop: float = 0.,
             drop_rate: float = 0.,
             drop_path_rate: float = 0.,
+            channels_last: bool = True,
             device=None,
             dtype=None,
     ) -> None:
@@ -227,6 +273,7 @@ class AlterNet(nn.Module):
         self.num_classes = num_classes
         self.in_chans = in_chans
         self.msa_blocks = tuple(msa_blocks)
+        self.channels_last = channels_last
 
         norm_act_layer = partial(BatchNormAct2d, act_layer='relu')
         self.stem = _create_stem(stem_type, in_chans, stem_chs, **dd)
@@ -307,18 +354,20 @@ class AlterNet(nn.Module):
         last_idx = len(self.stages) - 1
         stages = self.stages if torch.jit.is_scripting() or not stop_early else self.stages[:max_index + 1]
 
-        x = self.stem(x)
+        x_in = x
+        x = self.stem(self._to_trunk_format(x))
         feat_idx = 0
         for feat_idx, stage in enumerate(stages):
             x = stage(x)
             if feat_idx in take_indices:
-                intermediates.append(self.norm(x) if norm and feat_idx == last_idx else x)
+                feat = self.norm(x) if norm and feat_idx == last_idx else x
+                intermediates.append(_memory_format_like(feat, x_in))
 
         if intermediates_only:
             return intermediates
         if feat_idx == last_idx:
             x = self.norm(x)
-        return x, intermediates
+        return _memory_format_like(x, x_in), intermediates
 
     def prune_intermediate_layers(
             self,
@@ -335,16 +384,23 @@ class AlterNet(nn.Module):
             self.reset_classifier(0, '')
         return take_indices
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
+    def _to_trunk_format(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def _forward_trunk(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(self._to_trunk_format(x))
         x = self.stages(x)
         return self.norm(x)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        return _memory_format_like(self._forward_trunk(x), x)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         return self.head(x, pre_logits=pre_logits) if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
+        # = forward_head(forward_features(x)) without handing the features back in the input's format first
+        return self.forward_head(self._forward_trunk(x))
 
 
 def checkpoint_filter_fn(state_dict: Dict[str, Any], model: AlterNet) -> Dict[str, torch.Tensor]:

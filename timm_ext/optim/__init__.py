@@ -1,11 +1,25 @@
 """Optimizers of timm-ext, registered with timm's optimizer factory on import.
 
-``SAM`` wraps any torch/timm optimizer; ``import timm_ext`` makes ``timm.optim.create_optimizer_v2``
-(and a train.py recipe's ``opt:``) build it under the names listed in ``sam_factory``.
+``SAM`` wraps any torch/timm optimizer, ``GSAM`` and ``LookSAM`` are SAM variants built the same way;
+``import timm_ext`` makes ``timm.optim.create_optimizer_v2`` (and a train.py recipe's ``opt:``) build
+them under the names listed in ``sam_factory`` (``samadamw``, ``gsamadamw``, ``looksamadamw``, ...).
 """
+from timm_ext.optim.gsam import GSAM
+from timm_ext.optim.looksam import LookSAM
+from timm_ext.optim.m_sharpness import BatchChunk
 from timm_ext.optim.sam import SAM
-from timm_ext.optim.sam_factory import ASAM_RHO, SAM_BASES, SAM_RHO, create_sam, list_sam_bases, register_sam_optimizers
+from timm_ext.optim.sam_factory import (
+    ASAM_RHO,
+    SAM_BASES,
+    SAM_RHO,
+    create_gsam,
+    create_looksam,
+    create_sam,
+    list_sam_bases,
+    register_sam_optimizers,
+)
 
 register_sam_optimizers()
 
-__all__ = ['ASAM_RHO', 'SAM', 'SAM_BASES', 'SAM_RHO', 'create_sam', 'list_sam_bases', 'register_sam_optimizers']
+__all__ = ['ASAM_RHO', 'BatchChunk', 'GSAM', 'LookSAM', 'SAM', 'SAM_BASES', 'SAM_RHO', 'create_gsam',
+           'create_looksam', 'create_sam', 'list_sam_bases', 'register_sam_optimizers']

@@ -32,11 +32,15 @@ class RngState:
     def capture(cls, cuda_devices: Iterable[int] = ()) -> 'RngState':
         return cls(torch.get_rng_state(), tuple((d, torch.cuda.get_rng_state(d)) for d in cuda_devices))
 
+    def apply(self) -> None:
+        """Set the generators to this state (the caller forks them first if the change must not leak)."""
+        torch.set_rng_state(self.cpu)
+        for device, state in self.cuda:
+            torch.cuda.set_rng_state(state, device)
+
     @contextmanager
     def restored(self) -> Iterator[None]:
         """Run the block with the generators at this state; afterwards they are as they were before it."""
         with torch.random.fork_rng(devices=[d for d, _ in self.cuda]):
-            torch.set_rng_state(self.cpu)
-            for device, state in self.cuda:
-                torch.cuda.set_rng_state(state, device)
+            self.apply()
             yield

@@ -36,6 +36,15 @@ from timm_ext.optim.loss_scaling import (
     LossScaling,
     SecondPassScale,
 )
+from timm_ext.optim.m_sharpness import (
+    ClosureChunks,
+    ReplayChunks,
+    all_reduce_mean,
+    check_m_sharpness,
+    no_sync_of,
+    sync_context,
+    world_size,
+)
 from timm_ext.optim.module_buffers import BufferSnapshot
 from timm_ext.optim.rng import RngState, cuda_devices_of
 from timm_ext.optim.task_capture import RecorderState, TaskRecorder
@@ -53,7 +62,7 @@ _HOOK_DICTS = (
 )
 # what a copy or a pickle keeps; hooks, caches and the recorder are rebuilt (torch's optimizers drop hooks too)
 _PERSISTENT = ('base_optimizer', 'sam_defaults', 'clip_grad', 'clip_mode', 'model', '_perturbed', '_skip',
-               '_second_pass_scale')
+               '_second_pass_scale', 'interval', 'm_sharpness', '_step_count')
 
 _HOW_TO_USE = (
     'pass a closure (optimizer.step(closure)), call first_step() and second_step() around your second '
@@ -68,6 +77,12 @@ def _check_rho(rho: Any, where: str = '') -> None:
 def _check_eta(eta: Any, where: str = '') -> None:
     if not isinstance(eta, (int, float)) or isinstance(eta, bool) or not eta >= 0:
         raise ValueError(f'SAM eta must be >= 0, got eta={eta!r}{where}')
+
+
+def _check_interval(interval: Any, where: str = '') -> None:
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+        raise ValueError(f'SAM interval must be an integer >= 1 (a SAM step every interval-th step), '
+                         f'got interval={interval!r}{where}')
 
 
 def _check_clip(clip_grad: Any, clip_mode: Any, where: str = '') -> None:
@@ -122,10 +137,17 @@ class SAM(Optimizer):
         model: module whose buffers keep their first-pass values (BatchNorm running statistics) and
             whose head AGC leaves out; found automatically inside timm's train.py and when the
             optimizer comes from ``create_optimizer_v2(model, ...)``.
+        interval: a SAM step every ``interval``-th update and a plain base-optimizer step (one
+            forward-backward) in between (Composer's scheme); 1 = SAM at every step.
+        m_sharpness: images per perturbation: each worker's batch is cut into chunks of this many
+            images, each chunk ascends with its own gradient and the descent gradient is the mean of
+            the chunks' gradients at their own perturbed weights (``timm_ext.optim.m_sharpness``);
+            None = one perturbation from the whole (all-reduced) batch.
         **base_kwargs: davda54/sam style: the base optimizer's arguments (``lr``, ``momentum``, ...).
 
     Three ways to drive it:
-        * ``first_step()`` after backward at w, then backward at w + e, then ``second_step()``;
+        * ``first_step()`` after backward at w, then backward at w + e, then ``second_step()``
+          (always a SAM step; ``sam_step_due`` says whether ``interval`` asks for one, else call ``step()``);
         * ``step(closure)``: the closure zeroes grads, computes and back-propagates the loss, and
           returns it; ``step`` evaluates it at w and at w + e (same random masks) and returns the
           loss at w;
@@ -133,6 +155,9 @@ class SAM(Optimizer):
           replayed at w + e under the same autocast and random state (and ``GradScaler``, if any).
     """
     _step_supports_amp_scaling = True  # GradScaler.step(sam) hands SAM the scale (see loss_scaling)
+    _keeps_clean_grad = False  # GSAM / LookSAM keep the first-pass gradient for the second step
+    _logged_settings: Tuple[str, ...] = ('clip_grad', 'clip_mode', 'interval', 'm_sharpness')
+    _group_settings: Tuple[str, ...] = _GROUP_SETTINGS  # per-group settings a loaded state dict may change
 
     def __init__(
             self,
@@ -144,14 +169,18 @@ class SAM(Optimizer):
             clip_grad: Optional[float] = None,
             clip_mode: str = 'norm',
             model: Optional[nn.Module] = None,
+            interval: int = 1,
+            m_sharpness: Optional[int] = None,
             **base_kwargs: Any,
     ) -> None:
         # NOTE Optimizer.__init__ is not called on purpose: param_groups/state/defaults are the base's
         # (as timm's Lookahead); what it would set up (hooks, the step wrapper) is done here.
-        base = _build_base(params, base_optimizer, base_kwargs)
         _check_rho(rho)
         _check_eta(eta)
         _check_clip(clip_grad, clip_mode)
+        _check_interval(interval)
+        check_m_sharpness(m_sharpness)
+        base = _build_base(params, base_optimizer, base_kwargs)
         if model is not None and not isinstance(model, nn.Module):
             raise ValueError(f'SAM model must be an nn.Module or None, got {type(model).__name__}')
         self.base_optimizer = base
@@ -161,6 +190,9 @@ class SAM(Optimizer):
         self.clip_grad = clip_grad
         self.clip_mode = clip_mode
         self.model = model
+        self.interval = interval
+        self.m_sharpness = m_sharpness
+        self._step_count = 0  # updates done (SAM or plain): decides which one is due
         self._perturbed: Optional[List[torch.Tensor]] = None
         self._skip = False
         self._second_pass_scale = SecondPassScale()
@@ -171,6 +203,7 @@ class SAM(Optimizer):
         for name in _HOOK_DICTS:
             setattr(self, name, OrderedDict())
         self._backup: Dict[torch.Tensor, torch.Tensor] = {}
+        self._clean: Dict[torch.Tensor, torch.Tensor] = {}  # the first-pass gradient (GSAM, LookSAM)
         self._buffers = BufferSnapshot()
         self._warned: Set[str] = set()
         self.recorder = TaskRecorder(self)
@@ -180,7 +213,11 @@ class SAM(Optimizer):
     def __getstate__(self) -> Dict[str, Any]:
         if self._perturbed is not None:
             raise RuntimeError('SAM cannot be copied or pickled between first_step() and second_step()')
-        return {k: self.__dict__[k] for k in _PERSISTENT}
+        return {k: self.__dict__[k] for k in _PERSISTENT + self._extra_persistent()}
+
+    def _extra_persistent(self) -> Tuple[str, ...]:
+        """Attributes a subclass adds to what a copy or a pickle keeps."""
+        return ()
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -201,7 +238,13 @@ class SAM(Optimizer):
         return self.base_optimizer.defaults
 
     def __repr__(self) -> str:
-        return f'SAM({self.base_optimizer!r}, clip_grad={self.clip_grad}, clip_mode={self.clip_mode!r})'
+        return (f'{type(self).__name__}({self.base_optimizer!r}, clip_grad={self.clip_grad}, '
+                f'clip_mode={self.clip_mode!r}, interval={self.interval}, m_sharpness={self.m_sharpness})')
+
+    @property
+    def sam_step_due(self) -> bool:
+        """Whether the next update is a SAM step (every ``interval``-th, the first one included)."""
+        return self._step_count % self.interval == 0
 
     def _add_group_defaults(self) -> None:
         for idx, group in enumerate(self.param_groups):
@@ -227,11 +270,11 @@ class SAM(Optimizer):
 
     def state_dict(self) -> Dict[str, Any]:
         """The base optimizer's state dict (its state and the groups, which carry rho/adaptive/eta)
-        plus SAM's clip settings, so a resumed run continues exactly. State-dict hooks apply."""
+        plus SAM's own settings and step count, so a resumed run continues exactly. State-dict hooks apply."""
         for pre_hook in self._optimizer_state_dict_pre_hooks.values():
             pre_hook(self)
         state_dict = self.base_optimizer.state_dict()
-        state_dict['sam'] = dict(clip_grad=self.clip_grad, clip_mode=self.clip_mode)
+        state_dict['sam'] = self._sam_state()
         for post_hook in self._optimizer_state_dict_post_hooks.values():
             result = post_hook(self, state_dict)
             if result is not None:
@@ -249,43 +292,62 @@ class SAM(Optimizer):
             if result is not None:
                 state_dict = result
         state_dict = dict(state_dict)
-        sam_state = state_dict.pop('sam', None)
-        clip_grad, clip_mode = self._checked_sam_state(sam_state)
+        settings = self._checked_sam_state(state_dict.pop('sam', None))
         for idx, group in enumerate(state_dict.get('param_groups', [])):
             where = f' in param group {idx} of the loaded state dict'
             if 'rho' in group:
                 _check_rho(group['rho'], where)
             if 'eta' in group:
                 _check_eta(group['eta'], where)
-        changes = self._setting_changes(state_dict.get('param_groups', []), clip_grad, clip_mode)
+        changes = self._setting_changes(state_dict.get('param_groups', []), settings)
         self.base_optimizer.load_state_dict(state_dict)
         self._add_group_defaults()
-        self.clip_grad, self.clip_mode = clip_grad, clip_mode
+        self._apply_sam_state(settings)
         if changes:
             _logger.warning('SAM settings from the loaded state dict replace this run\'s: %s', '; '.join(changes))
         for post_hook in self._optimizer_load_state_dict_post_hooks.values():
             post_hook(self)
 
-    def _checked_sam_state(self, sam_state: Any) -> Tuple[Optional[float], str]:
+    def _sam_state(self) -> Dict[str, Any]:
+        """SAM's own entry of the state dict: its settings and how many updates it has made."""
+        return dict(clip_grad=self.clip_grad, clip_mode=self.clip_mode, interval=self.interval,
+                    m_sharpness=self.m_sharpness, step=self._step_count)
+
+    def _checked_sam_state(self, sam_state: Any) -> Dict[str, Any]:
+        """The loaded "sam" entry, validated; keys an older checkpoint lacks keep this run's values."""
+        current = self._sam_state()
         if sam_state is None:
-            return self.clip_grad, self.clip_mode
+            return current
         if not isinstance(sam_state, dict) or not {'clip_grad', 'clip_mode'} <= set(sam_state):
             raise ValueError(f'SAM state dict entry "sam" must be a dict with clip_grad and clip_mode, '
                              f'got {sam_state!r}')
-        _check_clip(sam_state['clip_grad'], sam_state['clip_mode'], where=' in the loaded state dict')
-        return sam_state['clip_grad'], sam_state['clip_mode']
+        merged = dict(current, **sam_state)
+        where = ' in the loaded state dict'
+        _check_clip(merged['clip_grad'], merged['clip_mode'], where=where)
+        _check_interval(merged['interval'], where=where)
+        check_m_sharpness(merged['m_sharpness'], where=where)
+        step = merged['step']
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f'SAM step count must be an integer >= 0, got step={step!r}{where}')
+        return merged
 
-    def _setting_changes(self, groups: List[Dict[str, Any]], clip_grad: Any, clip_mode: str) -> List[str]:
+    def _apply_sam_state(self, settings: Dict[str, Any]) -> None:
+        self.clip_grad, self.clip_mode = settings['clip_grad'], settings['clip_mode']
+        self.interval, self.m_sharpness = settings['interval'], settings['m_sharpness']
+        self._step_count = settings['step']
+
+    def _setting_changes(self, groups: List[Dict[str, Any]], settings: Dict[str, Any]) -> List[str]:
         """'rho: 0.1 -> 0.05 in param groups [0, 1]'-style lines for each loaded setting that differs."""
         where: Dict[Tuple[str, Any, Any], List[int]] = {}
         for idx, (new, old) in enumerate(zip(groups, self.param_groups)):
-            for key in _GROUP_SETTINGS:
+            for key in self._group_settings:
                 if key in new and new[key] != old.get(key):
                     where.setdefault((key, old.get(key), new[key]), []).append(idx)
         changes = [f'{key}: {old!r} -> {new!r} in param groups {idxs}' for (key, old, new), idxs in where.items()]
-        for key, old, new in (('clip_grad', self.clip_grad, clip_grad), ('clip_mode', self.clip_mode, clip_mode)):
-            if old != new:
-                changes.append(f'{key}: {old!r} -> {new!r}')
+        current = self._sam_state()
+        for key in self._logged_settings:
+            if current[key] != settings[key]:
+                changes.append(f'{key}: {current[key]!r} -> {settings[key]!r}')
         return changes
 
     # ---- the SAM update ----------------------------------------------------------------------------
@@ -348,6 +410,9 @@ class SAM(Optimizer):
         update a skipped step (weights untouched, ``second_step`` restores and steps nothing).
         The same dropout masks in both passes are then up to the caller (``step(closure)`` does it).
         """
+        if self.m_sharpness:
+            raise RuntimeError(f'SAM m_sharpness={self.m_sharpness} needs SAM to run the passes per chunk: use '
+                               f'step(closure) or train.py\'s task route, not first_step()/second_step()')
         self.recorder.close()  # an explicit loop never needs the task replay
         self._first_step(self._explicit_scaling(grad_scaler), zero_grad)
 
@@ -370,7 +435,33 @@ class SAM(Optimizer):
             raise RuntimeError(
                 f'SAM.first_step() found no gradients: run forward and backward at w first, or {_HOW_TO_USE}')
         scaling.unscale_first(self)
+        self._prepare_sam_step()
         grouped = self._grouped_params_with_grad()
+        if self._keeps_clean_grad:
+            self._keep_clean(grouped)
+        norm = self._perturbation_norm(grouped)
+        self._skip = scaling.first_overflowed(norm)
+        self._perturbed = []
+        if not self._skip:
+            self._buffers.capture(self._module('its buffers (BatchNorm statistics) are updated by both passes'))
+            self._perturb(grouped, norm)
+        if zero_grad:
+            self.base_optimizer.zero_grad(set_to_none=True)
+
+    def _keep_clean(self, grouped: List[Tuple[Dict[str, Any], List[torch.Tensor], List[torch.Tensor]]]) -> None:
+        """Copy the first-pass gradient (before ASAM scales it) into persistent buffers."""
+        for _, params, grads in grouped:
+            buffers = []
+            for p in params:
+                buf = self._clean.get(p)
+                if buf is None or buf.shape != p.shape or buf.dtype != p.grad.dtype or buf.device != p.device:
+                    buf = torch.empty_like(p.grad, memory_format=torch.preserve_format)
+                    self._clean[p] = buf
+                buffers.append(buf)
+            foreach_copy_(buffers, grads)
+
+    def _perturbation_norm(self, grouped: List[Tuple[Dict[str, Any], List[torch.Tensor], List[torch.Tensor]]]) -> float:
+        """||g|| over all parameters (ASAM: ||T g||, the grads are scaled by T in place). One host sync."""
         for group, params, grads in grouped:  # ASAM: grads <- T g, with T = |w| + eta in the backup buffers
             if group['adaptive']:
                 scale_t = self._backup_buffers(params)
@@ -378,39 +469,150 @@ class SAM(Optimizer):
                 torch._foreach_abs_(scale_t)
                 torch._foreach_add_(scale_t, float(group['eta']))
                 torch._foreach_mul_(grads, scale_t)
-        norm = float(total_norm([g for _, _, grads in grouped for g in grads]))  # one host sync per step
-        valid = math.isfinite(norm) and norm > 0.
+        return float(total_norm([g for _, _, grads in grouped for g in grads]))
 
-        self._skip = scaling.first_overflowed(norm)
+    def _perturb(
+            self,
+            grouped: List[Tuple[Dict[str, Any], List[torch.Tensor], List[torch.Tensor]]],
+            norm: float,
+    ) -> None:
+        """Back w up and move to w + e (e = 0 for a zero or non-finite norm)."""
+        valid = math.isfinite(norm) and norm > 0.
         self._perturbed = []
-        if not self._skip:
-            self._buffers.capture(self._module('its buffers (BatchNorm statistics) are updated by both passes'))
-            for group, params, grads in grouped:
-                backup = self._backup_buffers(params)
-                if group['adaptive']:
-                    torch._foreach_mul_(grads, backup)  # T^2 g (backup still holds T)
-                foreach_copy_(backup, params)
-                if valid and group['rho'] > 0:
-                    torch._foreach_add_(params, grads, alpha=group['rho'] / norm)
-                self._perturbed.extend(params)
-        if zero_grad:
-            self.base_optimizer.zero_grad(set_to_none=True)
+        for group, params, grads in grouped:
+            backup = self._backup_buffers(params)
+            if group['adaptive']:
+                torch._foreach_mul_(grads, backup)  # T^2 g (backup still holds T)
+            foreach_copy_(backup, params)
+            if valid and group['rho'] > 0:
+                torch._foreach_add_(params, grads, alpha=group['rho'] / norm)
+            self._perturbed.extend(params)
+
+    def _restore_weights(self) -> List[torch.Tensor]:
+        perturbed, self._perturbed = self._perturbed or [], None
+        foreach_copy_(perturbed, [self._backup[p] for p in perturbed])
+        return perturbed
 
     def _second_step(self, scaling: LossScaling, zero_grad: bool = False) -> None:
         if self._perturbed is None:
             raise RuntimeError('SAM.second_step() was called before first_step()')
-        perturbed, self._perturbed = self._perturbed, None
-        foreach_copy_(perturbed, [self._backup[p] for p in perturbed])
+        perturbed = self._restore_weights()
         self._buffers.restore()
         if self._skip or not scaling.unscale_second(self.base_optimizer):  # fp16 overflow: a skipped step
             self._skip = False
             self.base_optimizer.zero_grad(set_to_none=True)
+            self._step_count += 1
             return
+        with_grad = [p for p in perturbed if p.grad is not None]
+        self._transform_second_grad(with_grad, self._clean)
+        self._after_sam_step(with_grad, self._clean)
+        self._apply(scaling.step, zero_grad)
+
+    def _apply(self, step_fn: Callable[[Optimizer], Any], zero_grad: bool = False) -> None:
+        """Clip the gradient about to be applied, step the base optimizer, count the update."""
         if self.clip_grad is not None:
             dispatch_clip_grad(self._clip_parameters(), self.clip_grad, mode=self.clip_mode)
-        scaling.step(self.base_optimizer)  # scaler.step skips the update if the second pass overflowed
+        step_fn(self.base_optimizer)  # scaler.step skips the update if the second pass overflowed
+        self._step_count += 1
         if zero_grad:
             self.base_optimizer.zero_grad(set_to_none=True)
+
+    # ---- what GSAM and LookSAM change (SAM: nothing) ----------------------------------------------------
+
+    def _prepare_sam_step(self) -> None:
+        """Called before each SAM step's perturbation (GSAM sets this step's rho)."""
+
+    def _transform_second_grad(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
+        """Turn the (unscaled) second-pass gradient into the one applied (GSAM's decomposition)."""
+
+    def _after_sam_step(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
+        """See a SAM step's clean and perturbed gradients before they are applied (LookSAM keeps g_v)."""
+
+    def _adjust_plain_grad(self, params: List[torch.Tensor]) -> None:
+        """Change the gradient of a plain (non-SAM) step before it is applied (LookSAM's reuse)."""
+
+    # ---- a plain step (interval) -------------------------------------------------------------------
+
+    def _plain_step(self, scaling: LossScaling) -> None:
+        """The base optimizer's step with the gradient at hand (unscaled, checked for overflow, clipped)."""
+        scaling.unscale_first(self)
+        params = [p for p in self._params() if p.grad is not None]
+        if scaling is not NO_SCALING and params:
+            norm = float(total_norm([p.grad for p in params]))
+            if scaling.first_overflowed(norm):  # fp16 overflow: skipped; the scaler backs off
+                self.base_optimizer.zero_grad(set_to_none=True)
+                self._step_count += 1
+                return
+        self._adjust_plain_grad(params)
+        self._apply(lambda base: base.step())
+
+    # ---- m-sharpness: per-chunk perturbation --------------------------------------------------------
+
+    def _chunked_step(
+            self,
+            source: Any,
+            scaling: LossScaling,
+            no_sync: Optional[Callable[[], ContextManager]],
+            fork_rng: bool,
+    ) -> List[Any]:
+        """One SAM update with a perturbation per chunk of ``m_sharpness`` images (see ``m_sharpness``).
+
+        Both passes of every chunk run inside ``no_sync`` (each worker uses its own gradient); the
+        mean of the chunks' second-pass gradients is all-reduced once at the end under DDP.
+        Returns the chunks' losses at w.
+        """
+        if scaling is not NO_SCALING:
+            raise RuntimeError('SAM m_sharpness does not support fp16 loss scaling (GradScaler): train with '
+                               'bf16 autocast (--amp-dtype bfloat16) or fp32, or leave m_sharpness unset')
+        self.base_optimizer.zero_grad(set_to_none=True)  # train.py's full-batch gradient is not used
+        self._prepare_sam_step()
+        self._buffers.capture(self._module('its buffers (BatchNorm statistics) are updated by every chunk pass'))
+        devices = cuda_devices_of(self._params())
+        descent: Dict[torch.Tensor, torch.Tensor] = {}
+        clean_sum: Dict[torch.Tensor, torch.Tensor] = {}
+        losses = []
+        try:
+            with torch.random.fork_rng(devices=devices) if fork_rng else nullcontext():
+                index = 0
+                while index == 0 or index < source.count():
+                    source.prepare(index)
+                    rng = RngState.capture(devices)
+                    with sync_context(no_sync):
+                        losses.append(source.run(index))
+                    grouped = self._grouped_params_with_grad()
+                    if self._keeps_clean_grad:
+                        self._keep_clean(grouped)
+                        _accumulate(clean_sum, [(p, self._clean[p]) for _, params, _ in grouped for p in params])
+                    self._perturb(grouped, self._perturbation_norm(grouped))
+                    self.base_optimizer.zero_grad(set_to_none=True)
+                    with sync_context(no_sync), rng.restored():
+                        source.run(index)
+                    perturbed = [p for p in self._restore_weights() if p.grad is not None]
+                    self._transform_second_grad(perturbed, self._clean)
+                    _accumulate(descent, [(p, p.grad) for p in self._params() if p.grad is not None])
+                    self.base_optimizer.zero_grad(set_to_none=True)
+                    index += 1
+        except BaseException:
+            self._restore_weights()
+            self._buffers.restore()
+            raise
+        self._buffers.restore()
+        count = source.count()
+        for p, grad in descent.items():
+            p.grad = grad.div_(count)
+        for grad in clean_sum.values():
+            grad.div_(count)
+        if world_size() > 1:
+            all_reduce_mean([p.grad for p in descent])
+            all_reduce_mean(list(clean_sum.values()))
+        self._after_sam_step(list(descent), clean_sum)
+        self._apply(lambda base: base.step())
+        return losses
+
+    def _check_chunk_sync(self, no_sync: Optional[Callable[[], ContextManager]]) -> None:
+        if world_size() > 1 and no_sync is None:
+            raise ValueError('SAM m_sharpness under torch.distributed needs each worker\'s own gradient: pass '
+                             'no_sync=ddp_model.no_sync to step() (train.py\'s task provides it)')
 
     def _clip_parameters(self) -> List[torch.Tensor]:
         """The parameters SAM clips: all with a gradient, without the classifier head for AGC (as train.py)."""
@@ -434,38 +636,40 @@ class SAM(Optimizer):
         try:
             yield
         except BaseException:
-            perturbed, self._perturbed, self._skip = self._perturbed or [], None, False
-            foreach_copy_(perturbed, [self._backup[p] for p in perturbed])
+            self._skip = False
+            self._restore_weights()
             self._buffers.restore()
             raise
 
     @torch.no_grad()
     def step(
             self,
-            closure: Optional[Callable[[], Any]] = None,
+            closure: Optional[Callable[..., Any]] = None,
             grad_scaler: Optional[Any] = None,
             no_sync: Optional[Callable[[], ContextManager]] = None,
     ) -> Optional[Any]:
-        """One SAM update.
+        """One update: a SAM step, or a plain base-optimizer step when ``interval`` says so.
 
         Args:
             closure: zeroes grads, computes and back-propagates the loss, returns it (torch's
                 convention). Evaluated at w and at w + e with the same random state; the loss at w is
-                returned. Without a closure, the timm training task's calls since the last step are
-                replayed.
+                returned. With ``m_sharpness`` it takes one argument, ``chunk``, and evaluates its
+                batch cut by it: ``xs, ys = chunk(x, y)``. Without a closure, the timm training
+                task's calls since the last step are replayed (not on plain steps).
             grad_scaler: a ``torch.amp.GradScaler`` whose scaled loss the closure back-propagates.
                 ``GradScaler.step(sam)`` passes itself here, or, under torch's newer contract, sets
                 ``grad_scale``/``found_inf`` on SAM instead; both work.
             no_sync: e.g. ``ddp_model.no_sync``: the first closure call runs inside it, so each
                 worker perturbs with its own gradient (the paper's m-sharpness); the second pass
-                is all-reduced as usual.
+                is all-reduced as usual. With ``m_sharpness`` both passes of each chunk run in it
+                and the result is all-reduced once.
         """
         return self._update(closure, grad_scaler, no_sync)
 
     @torch.no_grad()
     def _update(
             self,
-            closure: Optional[Callable[[], Any]] = None,
+            closure: Optional[Callable[..., Any]] = None,
             grad_scaler: Optional[Any] = None,
             no_sync: Optional[Callable[[], ContextManager]] = None,
     ) -> Optional[Any]:
@@ -479,11 +683,20 @@ class SAM(Optimizer):
 
     def _closure_step(
             self,
-            closure: Callable[[], Any],
+            closure: Callable[..., Any],
             scaling: LossScaling,
             no_sync: Optional[Callable[[], ContextManager]],
     ) -> Any:
         self.recorder.close()  # a closure loop never needs the task replay
+        if not self.sam_step_due:
+            with torch.enable_grad():
+                loss = closure(ClosureChunks(closure, None).chunk) if self.m_sharpness else closure()
+            self._plain_step(scaling)
+            return loss
+        if self.m_sharpness:
+            self._check_chunk_sync(no_sync)
+            losses = self._chunked_step(ClosureChunks(closure, self.m_sharpness), scaling, no_sync, fork_rng=False)
+            return _mean_loss(losses)
         rng = RngState.capture(cuda_devices_of(self._params()))
         with no_sync() if no_sync is not None else nullcontext(), torch.enable_grad():
             loss = closure()
@@ -503,14 +716,58 @@ class SAM(Optimizer):
                                    'call backward() on its loss before step()')
             raise RuntimeError(f'SAM.step() has no closure, no gradients and no captured training-task call: '
                                f'{_HOW_TO_USE}')
+        if not self.sam_step_due:  # a plain step needs no replay
+            self._plain_step(scaling)
+            return
         if not calls:
             closed = (' (task capture was turned off because this optimizer was driven by a closure or by '
                       'first_step())' if self.recorder.state is RecorderState.CLOSED else '')
             raise RuntimeError(
                 'SAM.step() without a closure can only re-evaluate the loss inside timm\'s train.py task API, '
                 f'but no timm TrainingTask call was captured since the last step{closed}: {_HOW_TO_USE}')
+        if self.m_sharpness and not self._one_local_chunk(calls):
+            self._chunked_replay_step(calls, scaling)
+            return
         self._first_step(scaling)
         with self._restore_on_error():
             if not self._skip:
                 self.recorder.replay(calls, scaling.scale)
         self._second_step(scaling)
+
+    def _one_local_chunk(self, calls: List[Any]) -> bool:
+        """One process, one micro-batch of exactly m_sharpness images: train.py's gradient is the chunk's own."""
+        first = calls[0].args[0] if len(calls) == 1 and calls[0].args else None
+        return (world_size() == 1 and isinstance(first, torch.Tensor) and first.dim() > 0
+                and first.shape[0] == self.m_sharpness)
+
+    def _chunked_replay_step(self, calls: List[Any], scaling: LossScaling) -> None:
+        task = self.recorder.task
+        if task is None:
+            raise RuntimeError('SAM.step(): the training task whose calls were recorded no longer exists')
+        no_sync = no_sync_of(task)
+        self._check_chunk_sync(no_sync)
+        recorder = self.recorder
+
+        def set_replaying(value: bool) -> None:
+            recorder.replaying = value
+
+        source = ReplayChunks(task, calls, self.m_sharpness, set_replaying)  # checks every batch first
+        self._chunked_step(source, scaling, no_sync, fork_rng=True)
+
+
+def _accumulate(total: Dict[torch.Tensor, torch.Tensor], items: List[Tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """total[p] += value (the first value of a key is copied)."""
+    for p, value in items:
+        if p in total:
+            total[p].add_(value)
+        else:
+            total[p] = value.detach().clone()
+
+
+def _mean_loss(losses: List[Any]) -> Any:
+    values = [loss for loss in losses if loss is not None]
+    if not values:
+        return None
+    if all(isinstance(v, torch.Tensor) for v in values):
+        return torch.stack([v.detach().float() for v in values]).mean()
+    return sum(float(v) for v in values) / len(values)

@@ -7,7 +7,12 @@ have no underscore:
 * ``sam<base>`` / ``asam<base>`` for the common bases (``samsgd``, ``sammomentum``, ``samadamw``,
   ``samlamb``, ... see ``SAM_BASES``); ``asam`` = ``adaptive=True``;
 * ``sam`` / ``asam`` with ``base=<any timm optimizer name>`` in the optimizer kwargs
-  (``opt_kwargs: {base: cadamw, rho: 0.1}`` in a recipe).
+  (``opt_kwargs: {base: cadamw, rho: 0.1}`` in a recipe);
+* ``gsam<base>`` / ``gsam`` (GSAM: ``rho_max``, ``rho_min``, ``alpha``, ``lr_max``, ``lr_min``) and
+  ``looksam<base>`` / ``looksam`` (LookSAM: ``rho``, ``alpha``, ``interval``), same bases.
+
+Every family takes ``interval`` (a SAM step every k-th update, plain steps between) and
+``m_sharpness`` (images per perturbation).
 
 The base optimizer gets the arguments timm would give it for its own name (its defaults, momentum
 only if it has one, eps/betas only if it takes them); ``rho``, ``adaptive``, ``eta``,
@@ -27,15 +32,19 @@ units of ``|w| + eta``, so SAM's value is no guide for it.
 """
 import sys
 from functools import partial
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
+import torch
 import torch.nn as nn
 from timm.optim import OptimInfo, get_optimizer_class, get_optimizer_info, list_optimizers
 from timm.optim._optim_factory import OptimizerRegistry, default_registry
 
+from timm_ext.optim.gsam import GSAM, GSAM_ALPHA, GSAM_RHO_MAX, GSAM_RHO_MIN
+from timm_ext.optim.looksam import LOOKSAM_ALPHA, LOOKSAM_INTERVAL, LookSAM
 from timm_ext.optim.sam import SAM
 
-__all__ = ['ASAM_RHO', 'SAM_BASES', 'SAM_RHO', 'create_sam', 'list_sam_bases', 'register_sam_optimizers']
+__all__ = ['ASAM_RHO', 'SAM_BASES', 'SAM_RHO', 'create_gsam', 'create_looksam', 'create_sam', 'list_sam_bases',
+           'register_sam_optimizers']
 
 # bases that get a combined name (``sam<base>`` and ``asam<base>``); any other one works via ``base=``
 SAM_BASES = (
@@ -52,7 +61,7 @@ def list_sam_bases() -> List[str]:
     names = []
     for name in list_optimizers():
         info = get_optimizer_info(name)
-        is_sam = isinstance(info.opt_class, partial) and info.opt_class.func is create_sam
+        is_sam = isinstance(info.opt_class, partial) and info.opt_class.func in _BUILDERS
         if not info.second_order and not is_sam:
             names.append(name)
     return names
@@ -76,34 +85,16 @@ def _model_given_to_factory(base_optimizer) -> Optional[nn.Module]:
     return model if any(id(p) in ids for p in params) else None
 
 
-def create_sam(
-        params: Any,
-        base: Optional[str] = None,
-        rho: Optional[float] = None,
-        adaptive: bool = False,
-        eta: float = 0.01,
-        clip_grad: Optional[float] = None,
-        clip_mode: str = 'norm',
-        model: Optional[nn.Module] = None,
-        **base_kwargs: Any,
-) -> SAM:
-    """Build ``base`` (a timm optimizer name) over ``params`` the way timm's factory would, wrapped in SAM.
-
-    ``rho`` defaults to 0.05 (SAM) or 0.5 (ASAM, ``adaptive=True``); ``model`` defaults to the module
-    given to ``create_optimizer_v2``.
-    """
+def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict[str, Any]) -> torch.optim.Optimizer:
+    """Build ``base`` (a timm optimizer name) over ``params`` with the arguments timm's factory would give it."""
     if base is None:
         raise ValueError(
-            'SAM needs a base optimizer: use a combined name such as opt="samadamw" or pass base=<name> '
-            '(a recipe: opt_kwargs: {base: adamw}); valid bases: ' + ', '.join(list_sam_bases()))
+            f'{kind} needs a base optimizer: use a combined name such as opt="{kind.lower()}adamw" or pass '
+            f'base=<name> (a recipe: opt_kwargs: {{base: adamw}}); valid bases: ' + ', '.join(list_sam_bases()))
     name = str(base).lower()
     valid = list_sam_bases()
     if name not in valid:
-        raise ValueError(f'Unknown base optimizer {base!r} for SAM; valid names: ' + ', '.join(valid))
-    if model is not None and not isinstance(model, nn.Module):
-        raise ValueError(f'SAM model must be an nn.Module or None, got {type(model).__name__}')
-    if rho is None:
-        rho = ASAM_RHO if adaptive else SAM_RHO
+        raise ValueError(f'Unknown base optimizer {base!r} for {kind}; valid names: ' + ', '.join(valid))
     info = get_optimizer_info(name)
     kwargs = dict(base_kwargs)
     for key, value in (info.defaults or {}).items():
@@ -116,22 +107,109 @@ def create_sam(
         kwargs.pop('eps', None)
     if not info.has_betas:
         kwargs.pop('betas', None)
-    base_optimizer = get_optimizer_class(info, bind_defaults=False)(params, **kwargs)
+    return get_optimizer_class(info, bind_defaults=False)(params, **kwargs)
+
+
+def _check_model(model: Any, kind: str) -> None:
+    if model is not None and not isinstance(model, nn.Module):
+        raise ValueError(f'{kind} model must be an nn.Module or None, got {type(model).__name__}')
+
+
+def create_sam(
+        params: Any,
+        base: Optional[str] = None,
+        rho: Optional[float] = None,
+        adaptive: bool = False,
+        eta: float = 0.01,
+        clip_grad: Optional[float] = None,
+        clip_mode: str = 'norm',
+        model: Optional[nn.Module] = None,
+        interval: int = 1,
+        m_sharpness: Optional[int] = None,
+        **base_kwargs: Any,
+) -> SAM:
+    """Build ``base`` (a timm optimizer name) over ``params`` the way timm's factory would, wrapped in SAM.
+
+    ``rho`` defaults to 0.05 (SAM) or 0.5 (ASAM, ``adaptive=True``); ``model`` defaults to the module
+    given to ``create_optimizer_v2``.
+    """
+    _check_model(model, 'SAM')
+    if rho is None:
+        rho = ASAM_RHO if adaptive else SAM_RHO
+    base_optimizer = _base_by_name(params, base, 'SAM', base_kwargs)
     if model is None:
         model = _model_given_to_factory(base_optimizer)
     return SAM(base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode,
-               model=model)
+               model=model, interval=interval, m_sharpness=m_sharpness)
+
+
+def create_gsam(
+        params: Any,
+        base: Optional[str] = None,
+        rho_max: float = GSAM_RHO_MAX,
+        rho_min: float = GSAM_RHO_MIN,
+        alpha: float = GSAM_ALPHA,
+        lr_max: Optional[float] = None,
+        lr_min: float = 0.0,
+        adaptive: bool = False,
+        eta: float = 0.01,
+        clip_grad: Optional[float] = None,
+        clip_mode: str = 'norm',
+        model: Optional[nn.Module] = None,
+        interval: int = 1,
+        m_sharpness: Optional[int] = None,
+        **base_kwargs: Any,
+) -> GSAM:
+    """``base`` built as timm's factory would, wrapped in GSAM; ``lr_max`` defaults to the factory's ``lr``."""
+    _check_model(model, 'GSAM')
+    base_optimizer = _base_by_name(params, base, 'GSAM', base_kwargs)
+    if model is None:
+        model = _model_given_to_factory(base_optimizer)
+    return GSAM(base_optimizer, rho_max=rho_max, rho_min=rho_min, alpha=alpha, lr_max=lr_max, lr_min=lr_min,
+                adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode, model=model,
+                interval=interval, m_sharpness=m_sharpness)
+
+
+def create_looksam(
+        params: Any,
+        base: Optional[str] = None,
+        rho: float = SAM_RHO,
+        alpha: float = LOOKSAM_ALPHA,
+        interval: int = LOOKSAM_INTERVAL,
+        adaptive: bool = False,
+        eta: float = 0.01,
+        clip_grad: Optional[float] = None,
+        clip_mode: str = 'norm',
+        model: Optional[nn.Module] = None,
+        m_sharpness: Optional[int] = None,
+        **base_kwargs: Any,
+) -> LookSAM:
+    """``base`` built as timm's factory would, wrapped in LookSAM (a SAM step every ``interval`` steps)."""
+    _check_model(model, 'LookSAM')
+    base_optimizer = _base_by_name(params, base, 'LookSAM', base_kwargs)
+    if model is None:
+        model = _model_given_to_factory(base_optimizer)
+    return LookSAM(base_optimizer, rho=rho, alpha=alpha, interval=interval, adaptive=adaptive, eta=eta,
+                   clip_grad=clip_grad, clip_mode=clip_mode, model=model, m_sharpness=m_sharpness)
+
+
+# prefix -> (builder, fixed arguments, description)
+_FAMILIES = {
+    'sam': (create_sam, {}, 'SAM (sharpness-aware minimization)'),
+    'asam': (create_sam, {'adaptive': True}, 'ASAM (adaptive SAM)'),
+    'gsam': (create_gsam, {}, 'GSAM (surrogate-gap SAM)'),
+    'looksam': (create_looksam, {}, 'LookSAM (SAM every k steps, its direction reused in between)'),
+}
+_BUILDERS = (create_sam, create_gsam, create_looksam)
 
 
 def register_sam_optimizers(registry: OptimizerRegistry = default_registry) -> None:
-    """Register ``sam``, ``asam``, ``sam<base>`` and ``asam<base>`` with timm's optimizer factory."""
-    for prefix in _SAM_PREFIXES:
-        adaptive = prefix == 'asam'
-        kind = 'ASAM (adaptive SAM)' if adaptive else 'SAM (sharpness-aware minimization)'
+    """Register ``sam``, ``asam``, ``gsam``, ``looksam`` and each of them + ``<base>`` with timm's factory."""
+    for prefix, (builder, fixed, kind) in _FAMILIES.items():
         if prefix not in registry._optimizers:
             registry.register(OptimInfo(
                 name=prefix,
-                opt_class=partial(create_sam, adaptive=adaptive),
+                opt_class=partial(builder, **fixed),
                 description=f'{kind} around the timm optimizer given as base=<name>',
                 has_eps=True,
                 has_momentum=True,
@@ -144,7 +222,7 @@ def register_sam_optimizers(registry: OptimizerRegistry = default_registry) -> N
             info = registry.get_optimizer_info(base)
             registry.register(OptimInfo(
                 name=name,
-                opt_class=partial(create_sam, base=base, adaptive=adaptive),
+                opt_class=partial(builder, base=base, **fixed),
                 description=f'{kind} around {base}: {info.description}',
                 has_eps=info.has_eps,
                 has_momentum=info.has_momentum,

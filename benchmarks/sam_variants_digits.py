@@ -1,0 +1,119 @@
+"""AdamW / SAM / GSAM / interval SAM / LookSAM on the demo's digits, through timm's own train.py, over seeds.
+
+The setting is the demo's (:mod:`timm_ext.demo`): scikit-learn's 1,797 handwritten digits as an
+ImageFolder, timm's ``vit_tiny_patch16_224`` shrunk to 32 px (patch 4, width 128, depth 4), batch 16,
+AdamW lr 1e-3, cosine schedule with a 1-epoch warmup, label smoothing 0.1; only the optimizer changes.
+Each run is a train.py child process (:func:`timm_ext.training.build_train_command`); this script
+only launches them (seeds outermost, so a change of machine load hits every optimizer alike) and
+reads each run's ``summary.csv``.
+
+Radii: SAM and LookSAM use the demo's rho 0.05; interval SAM uses rho 0.05 x interval, the
+proportional rule of Composer's SAM method card (interval 10 with rho 0.5 for its ImageNet ResNet-50);
+GSAM goes from rho_max 0.05 at the peak lr to rho_min 0 at lr 0 with alpha 0.4 (the GSAM paper's
+ViT-S/32 alpha and rho_min, Table 4).
+
+Each run uses one CPU thread by default (``--threads``): on shared cores two threads' OpenMP
+spin-waits slow a small model's step many times over.
+
+    python benchmarks/sam_variants_digits.py [--epochs 4] [--seeds 0 1 2] [--output DIR] [--threads 1]
+"""
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+from timm_ext.demo import DEFAULT_BASELINE, DEMO_RHO, MODEL_KWARGS, DemoRun
+
+INTERVAL = 5
+
+
+def variants() -> List[DemoRun]:
+    model = DEFAULT_BASELINE
+    return [
+        DemoRun('adamw', 'AdamW', model, 'adamw'),
+        DemoRun('sam', f'SAM (rho {DEMO_RHO:g})', model, 'samadamw', dict(rho=DEMO_RHO)),
+        DemoRun('gsam', f'GSAM (rho {DEMO_RHO:g} -> 0, alpha 0.4)', model, 'gsamadamw',
+                dict(rho_max=DEMO_RHO, rho_min=0.0, alpha=0.4)),
+        DemoRun('interval_sam', f'SAM, interval {INTERVAL} (rho {DEMO_RHO * INTERVAL:g})', model, 'samadamw',
+                dict(rho=DEMO_RHO * INTERVAL, interval=INTERVAL)),
+        DemoRun('looksam', f'LookSAM, k {INTERVAL} (rho {DEMO_RHO:g}, alpha 0.7)', model, 'looksamadamw',
+                dict(rho=DEMO_RHO, interval=INTERVAL, alpha=0.7)),
+    ]
+
+
+def _summary(path: Path) -> List[Dict[str, float]]:
+    with open(path, newline='') as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def run_one(run: DemoRun, data_dir: Path, out: Path, epochs: int, seed: int, threads: int) -> Dict[str, Any]:
+    from timm_ext.training import build_train_command, child_env
+    name = f'{run.name}_seed{seed}'
+    args = DemoRun(name, run.label, run.model, run.opt, run.opt_kwargs).train_args(
+        data_dir, out, epochs, MODEL_KWARGS) + ['--seed', str(seed)]  # the last --seed wins
+    cmd = build_train_command(args).argv
+    log = out / f'{name}.log'
+    start = time.perf_counter()
+    env = dict(child_env(), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    with open(log, 'w') as f:
+        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    wall = time.perf_counter() - start
+    if code != 0:
+        raise RuntimeError(f'train.py failed for {name} (exit code {code}); see {log}')
+    rows = _summary(out / name / 'summary.csv')
+    return dict(variant=run.name, label=run.label, seed=seed, top1=rows[-1]['eval_top1'],
+                train_loss=rows[-1]['train_loss'], wall_s=wall, epochs=len(rows))
+
+
+def _mean_spread(values: List[float], digits: int = 1) -> str:
+    spread = (max(values) - min(values)) / 2
+    return f'{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}'
+
+
+def table(results: List[Dict[str, Any]]) -> str:
+    """Markdown: mean ± half the range over the seeds, per optimizer."""
+    lines = ['| optimizer | top-1 (%) | final train loss | wall time (s) | seeds |', '|---|---:|---:|---:|---:|']
+    for run in variants():
+        rows = [r for r in results if r['variant'] == run.name]
+        if not rows:
+            continue
+        top1 = _mean_spread([r['top1'] for r in rows])
+        loss = _mean_spread([r['train_loss'] for r in rows], 2)
+        wall = _mean_spread([r['wall_s'] for r in rows], 0)
+        lines.append(f'| {run.label} | {top1} | {loss} | {wall} | {len(rows)} |')
+    return '\n'.join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--epochs', type=int, default=4)
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    parser.add_argument('--output', type=Path, default=Path('sam-variants-digits') / time.strftime('%Y%m%d-%H%M%S'))
+    parser.add_argument('--only', nargs='+', default=None, help='variant names to run (default: all)')
+    parser.add_argument('--threads', type=int, default=1,
+                        help='torch threads per run (1: on shared cores, 2 threads spin-wait on each other)')
+    args = parser.parse_args()
+    from timm_ext.data import digits_image_folder
+    data_dir = digits_image_folder(None)
+    args.output.mkdir(parents=True, exist_ok=False)
+    results = []
+    for seed in args.seeds:
+        for run in variants():
+            if args.only and run.name not in args.only:
+                continue
+            results.append(run_one(run, data_dir, args.output, args.epochs, seed, args.threads))
+            r = results[-1]
+            print(f'{r["variant"]:>14} seed {seed}: top-1 {r["top1"]:.1f} %, train loss {r["train_loss"]:.3f}, '
+                  f'{r["wall_s"]:.0f} s', flush=True)
+            (args.output / 'results.json').write_text(json.dumps(results, indent=2))
+    text = table(results)
+    (args.output / 'table.md').write_text(text + '\n')
+    print(f'\n{args.epochs} epochs per run, mean ± half the range over seeds {args.seeds}:\n{text}')
+
+
+if __name__ == '__main__':
+    main()

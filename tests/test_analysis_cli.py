@@ -1,0 +1,84 @@
+"""``timm-ext analyze``: wiring and one-line error messages (the numbers are tested per module)."""
+import json
+
+import pytest
+from PIL import Image
+
+from timm_ext.cli import main
+
+TINY = ['--model', 'vit_tiny_patch16_224', '--model-kwargs', 'img_size=16', 'patch_size=4', 'embed_dim=16', 'depth=2',
+        'num_heads=2', 'num_classes=3']
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    root = tmp_path / 'data'
+    for split in ('train', 'validation'):
+        for cls in range(3):
+            folder = root / split / str(cls)
+            folder.mkdir(parents=True)
+            for i in range(3):
+                Image.new('RGB', (16, 16), (40 * cls, 20 * i, 90)).save(folder / f'{i}.png')
+    return root
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_writes_json_csv_and_plot(capsys, tmp_path, image_folder):
+    out_dir = tmp_path / 'out'
+    code, out, err = run(capsys, 'analyze', 'attention', *TINY, '--data', str(image_folder), '--out', str(out_dir),
+                         '--batches', '2', '--batch-size', '4', '--no-progress')
+    assert code == 0, err
+    data = json.loads((out_dir / 'attention.json').read_text())
+    assert data['metric'] == 'attention' and len(data['entropy']) == 2 and len(data['entropy'][0]) == 2
+    assert (out_dir / 'attention.csv').read_text().splitlines()[0] == 'layer,head,entropy,distance'
+    assert (out_dir / 'attention.png').stat().st_size > 0
+    assert f'json: {out_dir / "attention.json"}' in out
+
+
+def test_loss_metrics_use_the_training_split(capsys, tmp_path, image_folder):
+    (image_folder / 'train' / '0' / '0.png').unlink()  # 8 training images vs 9 validation images
+    out_dir = tmp_path / 'out'
+    code, _, err = run(capsys, 'analyze', 'landscape', *TINY, '--data', str(image_folder), '--out', str(out_dir),
+                       '--batches', '5', '--batch-size', '4', '--steps', '3', '--no-progress')
+    assert code == 0, err
+    rows = (out_dir / 'landscape.csv').read_text().splitlines()
+    assert rows[0] == 'alpha,loss' and len(rows) == 4
+
+
+def test_unknown_metric_lists_the_valid_ones(capsys):
+    code, _, err = run(capsys, 'analyze', 'entropy', *TINY)
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "timm-ext analyze: error: unknown metric 'entropy': choose one of attention, tokens, hessian, trace, density, "
+        "noise, fourier, variance, landscape, landscape2d, cka, lesion, activity"]
+
+
+def test_bad_checkpoint_names_the_file(capsys, tmp_path):
+    missing = tmp_path / 'nope.pth.tar'
+    code, _, err = run(capsys, 'analyze', 'tokens', *TINY, '--checkpoint', str(missing))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert str(missing) in err
+    garbage = tmp_path / 'bad.pth.tar'
+    garbage.write_bytes(b'not a checkpoint')
+    code, _, err = run(capsys, 'analyze', 'tokens', *TINY, '--checkpoint', str(garbage))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(garbage) in err
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['analyze', 'tokens'], 'name a model with --model NAME'),
+    (['analyze', 'tokens', '--model', 'no_such_model'], "unknown model 'no_such_model'"),
+    (['analyze', 'tokens', *TINY, 'oops'], "--model-kwargs takes KEY=VALUE pairs, got 'oops'"),
+    (['analyze', 'tokens', *TINY, '--other-model', 'vit_tiny_patch16_224'], 'for the cka metric only'),
+    (['analyze', 'tokens', *TINY, '--data', '/no/such/dir'], '--data must be "digits" or an ImageFolder directory'),
+    (['analyze', 'tokens', *TINY, '--batches', '0'], '--batches must be a positive integer, got 0'),
+])
+def test_one_line_errors(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err

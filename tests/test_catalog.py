@@ -1,0 +1,17 @@
+"""``timm_ext.catalog``: every registered model is measured (``timm-ext models`` lists them all)."""
+import pytest
+
+from timm_ext.catalog import list_timm_ext_models, model_info
+
+
+@pytest.mark.parametrize('name', list_timm_ext_models())
+def test_every_model_is_measured(name):
+    info = model_info(name)
+    assert info.params > 0 and info.gmacs > 0 and info.num_classes in (10, 100, 1000)
+
+
+def test_pit_b_cb_matches_the_paper_size():
+    """PiT's forward passes tensors through tuples; counting MACs under no_grad must not trip autograd hooks."""
+    info = model_info('pit_b_cb')
+    assert round(info.params / 1e6, 1) == 73.8  # CB paper, Table 11: PiT-B 73.8M
+    assert 12.0 < info.gmacs < 12.8  # timm's pit_b_224: 12.4 GMACs

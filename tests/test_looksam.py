@@ -1,0 +1,242 @@
+"""LookSAM: a SAM step every k steps and the reuse of g_v in between, against an independent computation of
+Algorithm 1 (Liu et al., CVPR 2022); the replay skipped on reuse steps, fp16, resume, factory names, bad
+input, and pytorch_optimizer's LookSAM as a second reference."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.optim import create_optimizer_v2, get_optimizer_class, list_optimizers
+from timm.task import ClassificationTask
+from timm.utils import NativeScaler
+
+from timm_ext.optim import SAM_BASES, LookSAM
+
+pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
+
+
+def _mlp(bn: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    layers = [nn.Linear(6, 8)] + ([nn.BatchNorm1d(8)] if bn else []) + [nn.GELU(), nn.Linear(8, 3)]
+    return nn.Sequential(*layers)
+
+
+def _batches(n: int = 5):
+    out = []
+    for s in range(n):
+        g = torch.Generator().manual_seed(s)
+        out.append((torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)))
+    return out
+
+
+def _flat(tensors):
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def _at(model, flat_w):
+    out = copy.deepcopy(model)
+    torch.nn.utils.vector_to_parameters(flat_w, out.parameters())
+    return out
+
+
+def _grad(model, x, y):
+    return _flat(torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters())))
+
+
+def _reference(model, batches, k, rho, alpha, lr, momentum=0.9):
+    """Algorithm 1. t % k == 0: g_s at w + rho g/||g||, g_v = g_s - (g.g_s/||g||^2) g;
+    otherwise g_s = g + alpha ||g||/||g_v|| g_v."""
+    model = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    gv = None
+    for t, (x, y) in enumerate(batches):
+        g = _grad(model, x, y)
+        if t % k == 0:
+            at_e = _at(model, _flat(model.parameters()).detach() + rho * g / g.norm())
+            d = _grad(at_e, x, y)
+            gv = d - (g @ d) / (g @ g) * g
+        else:
+            d = g + alpha * g.norm() / gv.norm() * gv
+        offset = 0
+        for p in model.parameters():
+            p.grad = d[offset:offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+        opt.step()
+        opt.zero_grad()
+    return _flat(model.parameters()).detach()
+
+
+def _closure(model, opt, x, y):
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+    return closure
+
+
+@pytest.mark.parametrize('route', ['closure', 'task'])
+def test_matches_algorithm_1_over_two_sam_periods(route):
+    base = _mlp()
+    batches = _batches(5)
+    expected = _reference(base, batches, k=3, rho=0.3, alpha=0.7, lr=0.2)
+    no_reuse = _reference(base, batches, k=3, rho=0.3, alpha=0.0, lr=0.2)  # interval SAM
+    model = copy.deepcopy(base)
+    opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho=0.3, alpha=0.7, interval=3)
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    forwards = []
+    model.register_forward_hook(lambda m, i, o: forwards.append(1))
+    for x, y in batches:
+        if route == 'closure':
+            opt.step(_closure(model, opt, x, y))
+        else:
+            task(x, y)['loss'].backward()
+            opt.step()
+        opt.zero_grad()
+    assert len(forwards) == 2 + 1 + 1 + 2 + 1  # the replay (second pass) only on the SAM steps 0 and 3
+    torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
+    assert (expected - no_reuse).abs().max() > 1e-4  # the reuse of g_v really moves the reuse steps
+
+
+@pytest.mark.filterwarnings('ignore:GradScaler is going to stop passing itself:FutureWarning')
+@pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
+def test_fp16_train_py_route_matches_reference_and_skips_an_overflowed_reuse_step():
+    base = _mlp()
+    batches = _batches(4)
+    expected = _reference(base, batches, k=2, rho=0.3, alpha=0.5, lr=0.2)
+    model = copy.deepcopy(base)
+    opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho=0.3, alpha=0.5, interval=2)
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    scaler = NativeScaler(device='cpu')
+    scaler._scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 10)
+    for x, y in batches:
+        scaler(task(x, y)['loss'], opt)
+        opt.zero_grad()
+    torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
+    assert scaler._scaler.get_scale() == 2.0 ** 10
+    w = [p.detach().clone() for p in model.parameters()]
+    scaler(task(*batches[0])['loss'] * float('inf'), opt)  # step 4 is a SAM step; step 5 a reuse step
+    scaler(task(*batches[0])['loss'] * float('inf'), opt)
+    assert all(torch.equal(a, p) for a, p in zip(w, model.parameters()))
+    assert scaler._scaler.get_scale() == 2.0 ** 8
+
+
+@pytest.mark.filterwarnings('ignore:GradScaler is going to stop passing itself:FutureWarning')
+@pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
+def test_fp16_overflow_in_a_sam_steps_second_pass_keeps_the_previous_g_v():
+    model = _mlp()
+    calls = {'n': 0}
+
+    def criterion(out, target):  # task calls: step 0 -> 1, 2 (replay); step 1 -> 3; step 2 -> 4, 5 (replay)
+        calls['n'] += 1
+        loss = F.cross_entropy(out, target)
+        return loss * float('inf') if calls['n'] == 5 else loss
+
+    opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.2), rho=0.3, alpha=0.5, interval=2)
+    task = ClassificationTask(model, criterion, verbose=False)
+    scaler = NativeScaler(device='cpu')
+    scaler._scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 10)
+    batches = _batches(4)
+    gv = None
+    for step, (x, y) in enumerate(batches):
+        if step == 2:
+            gv = {p: v.clone() for p, v in opt._gv.items()}
+            w = [p.detach().clone() for p in model.parameters()]
+        scaler(task(x, y)['loss'], opt)
+        opt.zero_grad()
+        if step == 2:
+            assert all(torch.equal(a, p) for a, p in zip(w, model.parameters()))  # skipped
+            assert all(torch.equal(gv[p], opt._gv[p]) for p in gv)  # g_v of step 0 kept
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the reuse step 3 used a finite g_v
+
+
+def test_state_dict_keeps_g_v_so_a_resumed_reuse_step_is_identical():
+    batches = _batches(5)
+
+    def make(model):
+        return LookSAM(torch.optim.AdamW(model.parameters(), lr=0.02), rho=0.2, alpha=0.6, interval=3), \
+            ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+
+    def run(model, opt, task, part):
+        for x, y in part:
+            task(x, y)['loss'].backward()
+            opt.step()
+            opt.zero_grad()
+
+    model = _mlp(bn=True)
+    opt, task = make(model)
+    run(model, opt, task, batches)
+    uninterrupted = copy.deepcopy(model.state_dict())
+    model = _mlp(bn=True)
+    opt, task = make(model)
+    run(model, opt, task, batches[:4])  # steps 0..3: the next one (4) reuses g_v from step 3
+    sd = copy.deepcopy(opt.state_dict())
+    assert sd['sam']['step'] == 4 and sd['sam']['alpha'] == 0.6 and len(sd['sam']['looksam_gv']) == 6
+    resumed = _mlp(bn=True)
+    resumed.load_state_dict(model.state_dict())
+    opt2 = LookSAM(torch.optim.AdamW(resumed.parameters(), lr=0.02), rho=0.2)
+    opt2.load_state_dict(sd)
+    assert opt2.interval == 3 and not opt2.sam_step_due
+    run(resumed, opt2, ClassificationTask(resumed, nn.CrossEntropyLoss(), verbose=False), batches[4:])
+    for k, v in uninterrupted.items():
+        assert torch.equal(v, resumed.state_dict()[k]), k
+
+
+def test_copy_keeps_g_v():
+    model = _mlp()
+    opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.1), interval=2)
+    x, y = _batches(1)[0]
+    opt.step(_closure(model, opt, x, y))
+    model2, opt2 = copy.deepcopy((model, opt))
+    assert len(opt2._gv) == 4 and all(p in opt2._gv for p in model2.parameters())
+    opt.step(_closure(model, opt, x, y))
+    opt2.step(_closure(model2, opt2, x, y))
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), model2.parameters()))
+
+
+def test_looksam_names_and_defaults():
+    names = list_optimizers('looksam*')
+    assert set(names) == {'looksam'} | {'looksam' + b for b in SAM_BASES}
+    model = _mlp()
+    for name in names:
+        extra = dict(base='sgd') if name == 'looksam' else {}
+        opt = create_optimizer_v2(model, name, lr=0.01, **extra)
+        assert isinstance(opt, LookSAM) and (opt.alpha, opt.interval, opt.param_groups[0]['rho']) == (0.7, 5, 0.05)
+        assert type(opt.base_optimizer) is get_optimizer_class(name[len('looksam'):] or 'sgd', bind_defaults=False)
+    opt = create_optimizer_v2(model, 'looksamadamw', lr=0.01, interval=10, alpha=0.5, rho=0.1)
+    assert (opt.interval, opt.alpha, opt.param_groups[0]['rho']) == (10, 0.5, 0.1)
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(alpha=1.0), r'LookSAM alpha must be in \[0, 1\), got alpha=1.0'),
+    (dict(alpha=-0.5), r'LookSAM alpha must be in \[0, 1\), got alpha=-0.5'),
+    (dict(interval=0), r'interval must be an integer >= 1 .*got interval=0'),
+])
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LookSAM(torch.optim.SGD(_mlp().parameters(), lr=0.1), **kwargs)
+
+
+def test_matches_pytorch_optimizer_looksam_on_a_single_tensor():
+    """pytorch_optimizer normalises per tensor; with one parameter tensor that is Algorithm 1's global form."""
+    po = pytest.importorskip('pytorch_optimizer', reason='pytorch_optimizer (pip install pytorch_optimizer) is a '
+                                                         'test-only reference; not installed')
+    torch.manual_seed(0)
+    base = nn.Linear(6, 3, bias=False)
+    batches = _batches(4)
+    results = []
+    for impl in ('ours', 'pytorch_optimizer'):
+        model = copy.deepcopy(base)
+        if impl == 'ours':
+            opt = LookSAM(model.parameters(), torch.optim.SGD, rho=0.3, alpha=0.5, interval=2, lr=0.2, momentum=0.9)
+        else:
+            opt = po.LookSAM(model.parameters(), torch.optim.SGD, rho=0.3, k=2, alpha=0.5, lr=0.2, momentum=0.9)
+        for x, y in batches:
+            closure = _closure(model, opt, x, y)
+            if impl == 'pytorch_optimizer':
+                closure()  # its step() expects the gradient at w already computed
+            opt.step(closure)
+            opt.zero_grad()
+        results.append(_flat(model.parameters()).detach())
+    torch.testing.assert_close(results[0], results[1])

@@ -1,0 +1,129 @@
+"""``timm-ext analyze METRIC``: one of the papers' diagnostics on a model and images, as JSON, CSV and a plot."""
+import argparse
+from typing import List
+
+from timm_ext.cli._errors import CliError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from timm_ext.analysis.runner import LOSS_METRICS, METRICS
+
+    metrics = '\n'.join(f'  {name:12s} {text}' for name, text in METRICS.items())
+    parser = subparsers.add_parser(
+        'analyze', help='measure attention entropy, Hessian spectra, loss landscapes, ... of a model',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description='Measure one diagnostic of the CB, scaled-ReLU, how-do-vits-work and SAM papers on a timm or '
+                    'timm-ext model, and write METRIC.json, METRIC.csv and METRIC.png to --out.\n\nmetrics:\n'
+                    + metrics + f'\n\n{", ".join(LOSS_METRICS)} use the training split by default, the others the '
+                    'validation split.')
+    parser.add_argument('metric', metavar='METRIC', help='one of: ' + ', '.join(METRICS))
+    parser.add_argument('--model', default=None, help='timm model name (default: the checkpoint\'s architecture)')
+    parser.add_argument('--checkpoint', metavar='PATH', default=None,
+                        help='train.py checkpoint or .safetensors; its recorded model arguments are used')
+    parser.add_argument('--model-kwargs', nargs='*', default=[], metavar='KEY=VALUE',
+                        help='keyword arguments of timm.create_model, e.g. img_size=32 patch_size=4')
+    parser.add_argument('--other-model', default=None, help='cka: a second model to compare with (default: itself)')
+    parser.add_argument('--other-checkpoint', metavar='PATH', default=None, help='cka: the second model\'s weights')
+    parser.add_argument('--data', default='digits', metavar='digits|DIR',
+                        help='"digits" (scikit-learn\'s, embedded; 32 px) or an ImageFolder (with train/ and '
+                             'validation/ subfolders, or the images\' class folders directly)')
+    parser.add_argument('--img-size', type=int, default=None,
+                        help='image side for a folder (default: the ViT\'s img_size, else the pretrained config\'s)')
+    parser.add_argument('--split', default=None, help='subfolder of the data (default: train or validation, see above)')
+    parser.add_argument('--out', metavar='DIR', default='timm-ext-analysis', help='output folder (created)')
+    parser.add_argument('--batches', type=int, default=4, help='number of batches (default 4)')
+    parser.add_argument('--batch-size', type=int, default=16, help='images per batch (default 16, as App. A.1)')
+    parser.add_argument('--k', type=int, default=5, help='hessian: eigenvalues per batch (default 5)')
+    parser.add_argument('--max-iter', type=int, default=100, help='hessian: power iterations (default 100)')
+    parser.add_argument('--weight-decay', type=float, default=0.0,
+                        help='hessian/trace/density/landscape: add weight_decay/2 ||w||^2 to the loss')
+    parser.add_argument('--samples', type=int, default=None,
+                        help='trace: Hutchinson samples (100); density: Lanczos runs (1); noise: draws (10)')
+    parser.add_argument('--iterations', type=int, default=30, help='density: Lanczos steps (default 30)')
+    parser.add_argument('--sigma', type=float, default=0.01, help='noise: std of the weight noise (default 0.01)')
+    parser.add_argument('--steps', type=int, default=None, help='landscape: grid points per axis (21; 2-D: 11)')
+    parser.add_argument('--span', type=float, default=1.0, help='landscape: coordinates in [-span, span]')
+    parser.add_argument('--seed', type=int, default=0, help='seed of the data order, directions and probes')
+    parser.add_argument('--no-progress', action='store_true', help='no progress bar')
+    return parser
+
+
+def _options(args: argparse.Namespace) -> dict:
+    options = dict(k=args.k, max_iter=args.max_iter, weight_decay=args.weight_decay, iterations=args.iterations,
+                   sigma=args.sigma, span=args.span, seed=args.seed)
+    if args.samples is not None:
+        options['samples'] = args.samples
+    if args.steps is not None:
+        options['steps'] = args.steps
+    return options
+
+
+def run(args: argparse.Namespace, extra: List[str]) -> int:
+    from timm_ext.analysis.runner import (
+        LOSS_METRICS,
+        METRICS,
+        build_model,
+        load_batches,
+        parse_kwargs,
+        progress_total,
+        run_metric,
+    )
+
+    if args.metric not in METRICS:
+        raise CliError(f'unknown metric {args.metric!r}: choose one of {", ".join(METRICS)}')
+    if args.model is None and args.checkpoint is None:
+        raise CliError('name a model with --model NAME (or give a train.py --checkpoint that records it)')
+    if (args.other_model or args.other_checkpoint) and args.metric != 'cka':
+        raise CliError(f'--other-model/--other-checkpoint are for the cka metric only, not {args.metric!r}')
+    split = args.split or ('train' if args.metric in LOSS_METRICS else 'validation')
+    num_classes = 10 if args.data == 'digits' else None
+    try:
+        kwargs = parse_kwargs(args.model_kwargs)
+        model = build_model(args.model, args.checkpoint, kwargs, num_classes)
+        other = None
+        if args.other_model or args.other_checkpoint:
+            other = build_model(args.other_model or args.model, args.other_checkpoint, kwargs, num_classes)
+        batches = load_batches(args.data, split, args.batch_size, args.batches, model, args.seed, args.img_size)
+    except FileNotFoundError as e:
+        raise CliError(str(e)) from None
+    except (ValueError, TypeError, RuntimeError, ImportError, OSError) as e:
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        raise CliError(lines[0]) from None
+
+    options = _options(args)
+    from tqdm.auto import tqdm
+    with tqdm(total=progress_total(args.metric, len(batches), options) or None, disable=args.no_progress,
+              desc=f'analyze {args.metric}', unit='step') as bar:
+        try:
+            result = run_metric(args.metric, model, batches, args.out, options, progress=bar.update, other=other)
+        except ImportError as e:
+            raise CliError(f'{e}') from None
+        except (ValueError, RuntimeError, AssertionError) as e:  # e.g. images of the wrong size for the model
+            raise CliError((str(e).strip().splitlines() or [type(e).__name__])[0]) from None
+    print(f'{args.metric}: {_headline(result.summary)}')
+    print(f'json: {result.json}')
+    print(f'csv:  {result.csv}')
+    if result.plot is not None:
+        print(f'plot: {result.plot}')
+    return 0
+
+
+def _headline(summary: dict) -> str:
+    """A one-line summary of the numbers (the JSON has them all)."""
+    import torch
+
+    parts = []
+    for key in ('lambda_max', 'nep', 'ape', 'trace', 'std_error', 'noisy_loss', 'loss', 'baseline'):
+        if isinstance(summary.get(key), (int, float)):
+            parts.append(f'{key} {summary[key]:.4g}')
+    if 'entropy' in summary:
+        parts.append('entropy per layer ' + ' '.join(f'{v:.3f}' for v in summary['entropy'].mean(dim=1).tolist()))
+    if 'values' in summary:
+        parts.append(' '.join(f'{v:.3g}' for v in summary['values'].values()))
+    if 'at_pi' in summary:
+        parts.append('at pi: ' + ' '.join(f'{v:.3g}' for v in summary['at_pi'].values()))
+    if 'cka' in summary and torch.is_tensor(summary['cka']):
+        parts.append(f'{tuple(summary["cka"].shape)} matrix')
+    if 'loss' in summary and torch.is_tensor(summary['loss']):
+        parts.append(f'loss from {float(summary["loss"].min()):.4g} to {float(summary["loss"].max()):.4g}')
+    return ', '.join(parts) or 'done'
