@@ -8,10 +8,18 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _sam_reference import at as _at
+from _sam_reference import batch as _batch
+from _sam_reference import closure as _closure
+from _sam_reference import drive as _drive
+from _sam_reference import flat as _flat
+from _sam_reference import grad as _grad
+from _sam_reference import mlp as _mlp
+from _sam_reference import sgd_reference
+from _sam_reference import train_py_fp16 as _train_py_fp16
 from timm.optim import create_optimizer_v2, get_optimizer_class, list_optimizers
 from timm.scheduler import CosineLRScheduler
 from timm.task import ClassificationTask
-from timm.utils import NativeScaler
 
 from timm_ext.optim import GSAM, SAM, SAM_BASES
 
@@ -19,73 +27,17 @@ pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
 _needs_cpu_grad_scaler = pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
 
 
-def _mlp(bn: bool = False) -> nn.Module:
-    torch.manual_seed(0)
-    layers = [nn.Linear(6, 8)] + ([nn.BatchNorm1d(8)] if bn else []) + [nn.GELU(), nn.Linear(8, 3)]
-    return nn.Sequential(*layers)
-
-
-def _batch(n: int = 8, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
-
-
-def _flat(tensors):
-    return torch.cat([t.reshape(-1) for t in tensors])
-
-
-def _at(model, flat_w):
-    out = copy.deepcopy(model)
-    torch.nn.utils.vector_to_parameters(flat_w, out.parameters())
-    return out
-
-
 def _gsam_direction(model, x, y, rho, alpha):
     """The paper's update direction at w, from flattened vectors: h - alpha (g - (g.h / h.h) h)."""
     w = _flat(model.parameters()).detach()
-    g = _flat(torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters())))
+    g = _grad(model, x, y)
     at_e = _at(model, w + rho * g / g.norm())
-    h = _flat(torch.autograd.grad(F.cross_entropy(at_e(x), y), list(at_e.parameters())))
+    h = _grad(at_e, x, y)
     return h - alpha * (g - (g @ h) / (h @ h) * h), g, h
 
 
 def _reference(model, batches, rho, alpha, lr, momentum=0.9):
-    model = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    for x, y in batches:
-        d, _, _ = _gsam_direction(model, x, y, rho, alpha)
-        offset = 0
-        for p in model.parameters():
-            p.grad = d[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
-        opt.step()
-        opt.zero_grad()
-    return _flat(model.parameters()).detach()
-
-
-def _closure(model, opt, x, y):
-    def closure():
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        return loss
-    return closure
-
-
-def _drive(model, opt, batches, route):
-    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
-    for x, y in batches:
-        if route == 'closure':
-            opt.step(_closure(model, opt, x, y))
-        elif route == 'explicit':
-            F.cross_entropy(model(x), y).backward()
-            opt.first_step()
-            F.cross_entropy(model(x), y).backward()
-            opt.second_step()
-        else:
-            task(x, y)['loss'].backward()
-            opt.step()
-        opt.zero_grad()
+    return sgd_reference(model, batches, lambda m, t, xy: _gsam_direction(m, *xy, rho, alpha)[0], lr, momentum)
 
 
 @pytest.mark.parametrize('route', ['closure', 'explicit', 'task'])
@@ -182,12 +134,7 @@ def test_fp16_grad_scaler_routes_match_reference(route):
             scaler.update()
         assert scaler.get_scale() == 2.0 ** 10
     else:  # train.py: NativeScaler(loss, optimizer) -> GradScaler.step(gsam)
-        task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
-        scaler = NativeScaler(device='cpu')
-        scaler._scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 10)
-        for x, y in batches:
-            scaler(task(x, y)['loss'], opt)
-            opt.zero_grad()
+        _train_py_fp16(model, opt, batches)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
 
 

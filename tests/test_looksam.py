@@ -7,6 +7,15 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _sam_reference import at as _at
+from _sam_reference import batches as _batches
+from _sam_reference import closure as _closure
+from _sam_reference import drive as _drive
+from _sam_reference import flat as _flat
+from _sam_reference import grad as _grad
+from _sam_reference import mlp as _mlp
+from _sam_reference import sgd_reference
+from _sam_reference import train_py_fp16 as _train_py_fp16
 from timm.optim import create_optimizer_v2, get_optimizer_class, list_optimizers
 from timm.task import ClassificationTask
 from timm.utils import NativeScaler
@@ -16,64 +25,22 @@ from timm_ext.optim import SAM_BASES, LookSAM
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
 
 
-def _mlp(bn: bool = False) -> nn.Module:
-    torch.manual_seed(0)
-    layers = [nn.Linear(6, 8)] + ([nn.BatchNorm1d(8)] if bn else []) + [nn.GELU(), nn.Linear(8, 3)]
-    return nn.Sequential(*layers)
-
-
-def _batches(n: int = 5):
-    out = []
-    for s in range(n):
-        g = torch.Generator().manual_seed(s)
-        out.append((torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)))
-    return out
-
-
-def _flat(tensors):
-    return torch.cat([t.reshape(-1) for t in tensors])
-
-
-def _at(model, flat_w):
-    out = copy.deepcopy(model)
-    torch.nn.utils.vector_to_parameters(flat_w, out.parameters())
-    return out
-
-
-def _grad(model, x, y):
-    return _flat(torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters())))
-
-
 def _reference(model, batches, k, rho, alpha, lr, momentum=0.9):
     """Algorithm 1. t % k == 0: g_s at w + rho g/||g||, g_v = g_s - (g.g_s/||g||^2) g;
     otherwise g_s = g + alpha ||g||/||g_v|| g_v."""
-    model = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     gv = None
-    for t, (x, y) in enumerate(batches):
-        g = _grad(model, x, y)
+
+    def direction(model, t, xy):
+        nonlocal gv
+        g = _grad(model, *xy)
         if t % k == 0:
             at_e = _at(model, _flat(model.parameters()).detach() + rho * g / g.norm())
-            d = _grad(at_e, x, y)
+            d = _grad(at_e, *xy)
             gv = d - (g @ d) / (g @ g) * g
-        else:
-            d = g + alpha * g.norm() / gv.norm() * gv
-        offset = 0
-        for p in model.parameters():
-            p.grad = d[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
-        opt.step()
-        opt.zero_grad()
-    return _flat(model.parameters()).detach()
+            return d
+        return g + alpha * g.norm() / gv.norm() * gv
 
-
-def _closure(model, opt, x, y):
-    def closure():
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        return loss
-    return closure
+    return sgd_reference(model, batches, direction, lr, momentum)
 
 
 @pytest.mark.parametrize('route', ['closure', 'task'])
@@ -84,16 +51,9 @@ def test_matches_algorithm_1_over_two_sam_periods(route):
     no_reuse = _reference(base, batches, k=3, rho=0.3, alpha=0.0, lr=0.2)  # interval SAM
     model = copy.deepcopy(base)
     opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho=0.3, alpha=0.7, interval=3)
-    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     forwards = []
     model.register_forward_hook(lambda m, i, o: forwards.append(1))
-    for x, y in batches:
-        if route == 'closure':
-            opt.step(_closure(model, opt, x, y))
-        else:
-            task(x, y)['loss'].backward()
-            opt.step()
-        opt.zero_grad()
+    _drive(model, opt, batches, route)
     assert len(forwards) == 2 + 1 + 1 + 2 + 1  # the replay (second pass) only on the SAM steps 0 and 3
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
     assert (expected - no_reuse).abs().max() > 1e-4  # the reuse of g_v really moves the reuse steps
@@ -107,12 +67,7 @@ def test_fp16_train_py_route_matches_reference_and_skips_an_overflowed_reuse_ste
     expected = _reference(base, batches, k=2, rho=0.3, alpha=0.5, lr=0.2)
     model = copy.deepcopy(base)
     opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho=0.3, alpha=0.5, interval=2)
-    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
-    scaler = NativeScaler(device='cpu')
-    scaler._scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 10)
-    for x, y in batches:
-        scaler(task(x, y)['loss'], opt)
-        opt.zero_grad()
+    task, scaler = _train_py_fp16(model, opt, batches)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
     assert scaler._scaler.get_scale() == 2.0 ** 10
     w = [p.detach().clone() for p in model.parameters()]
@@ -155,22 +110,14 @@ def test_state_dict_keeps_g_v_so_a_resumed_reuse_step_is_identical():
     batches = _batches(5)
 
     def make(model):
-        return LookSAM(torch.optim.AdamW(model.parameters(), lr=0.02), rho=0.2, alpha=0.6, interval=3), \
-            ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
-
-    def run(model, opt, task, part):
-        for x, y in part:
-            task(x, y)['loss'].backward()
-            opt.step()
-            opt.zero_grad()
+        return LookSAM(torch.optim.AdamW(model.parameters(), lr=0.02), rho=0.2, alpha=0.6, interval=3)
 
     model = _mlp(bn=True)
-    opt, task = make(model)
-    run(model, opt, task, batches)
+    _drive(model, make(model), batches, 'task')
     uninterrupted = copy.deepcopy(model.state_dict())
     model = _mlp(bn=True)
-    opt, task = make(model)
-    run(model, opt, task, batches[:4])  # steps 0..3: the next one (4) reuses g_v from step 3
+    opt = make(model)
+    _drive(model, opt, batches[:4], 'task')  # steps 0..3: the next one (4) reuses g_v from step 3
     sd = copy.deepcopy(opt.state_dict())
     assert sd['sam']['step'] == 4 and sd['sam']['alpha'] == 0.6 and len(sd['sam']['looksam_gv']) == 6
     resumed = _mlp(bn=True)
@@ -178,7 +125,7 @@ def test_state_dict_keeps_g_v_so_a_resumed_reuse_step_is_identical():
     opt2 = LookSAM(torch.optim.AdamW(resumed.parameters(), lr=0.02), rho=0.2)
     opt2.load_state_dict(sd)
     assert opt2.interval == 3 and not opt2.sam_step_due
-    run(resumed, opt2, ClassificationTask(resumed, nn.CrossEntropyLoss(), verbose=False), batches[4:])
+    _drive(resumed, opt2, batches[4:], 'task')
     for k, v in uninterrupted.items():
         assert torch.equal(v, resumed.state_dict()[k]), k
 

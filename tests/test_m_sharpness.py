@@ -6,6 +6,13 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _sam_reference import at as _at
+from _sam_reference import batch as _batch
+from _sam_reference import drive as _drive
+from _sam_reference import flat as _flat
+from _sam_reference import grad as _grad
+from _sam_reference import mlp as _mlp
+from _sam_reference import sgd_reference, spawn_gloo
 from timm.models.vision_transformer import VisionTransformer
 from timm.task import ClassificationTask
 
@@ -14,50 +21,22 @@ from timm_ext.optim import GSAM, SAM
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
 
 
-def _mlp(bn: bool = False) -> nn.Module:
-    torch.manual_seed(0)
-    layers = [nn.Linear(6, 8)] + ([nn.BatchNorm1d(8)] if bn else []) + [nn.GELU(), nn.Linear(8, 3)]
-    return nn.Sequential(*layers)
-
-
-def _batch(n: int = 8, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
-
-
-def _flat(tensors):
-    return torch.cat([t.reshape(-1) for t in tensors])
-
-
-def _at(model, flat_w):
-    out = copy.deepcopy(model)
-    torch.nn.utils.vector_to_parameters(flat_w, out.parameters())
-    return out
-
-
 def _reference(model, batches, m, rho, lr, momentum=0.9, alpha=None):
     """Direct m-sharpness: for each chunk of m images g_i at w, h_i at w + rho g_i/||g_i|| (GSAM: minus alpha
     times g_i's part orthogonal to h_i); the step applies the mean of the h_i."""
-    model = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    for x, y in batches:
+    def direction(model, t, xy):
+        x, y = xy
         w = _flat(model.parameters()).detach()
         descent = []
         for xs, ys in zip(x.split(m), y.split(m)):
-            g = _flat(torch.autograd.grad(F.cross_entropy(model(xs), ys), list(model.parameters())))
-            at_e = _at(model, w + rho * g / g.norm())
-            h = _flat(torch.autograd.grad(F.cross_entropy(at_e(xs), ys), list(at_e.parameters())))
+            g = _grad(model, xs, ys)
+            h = _grad(_at(model, w + rho * g / g.norm()), xs, ys)
             if alpha is not None:
                 h = h - alpha * (g - (g @ h) / (h @ h) * h)
             descent.append(h)
-        d = torch.stack(descent).mean(0)
-        offset = 0
-        for p in model.parameters():
-            p.grad = d[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
-        opt.step()
-        opt.zero_grad()
-    return _flat(model.parameters()).detach()
+        return torch.stack(descent).mean(0)
+
+    return sgd_reference(model, batches, direction, lr, momentum)
 
 
 def _chunk_closure(model, opt, x, y, calls=None):
@@ -82,14 +61,7 @@ def test_sam_m_sharpness_matches_per_chunk_reference(route):
     plain = _reference(base, _BATCHES, m=8, rho=0.3, lr=0.5)
     model = copy.deepcopy(base)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho=0.3, m_sharpness=2)
-    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
-    for x, y in _BATCHES:
-        if route == 'closure':
-            opt.step(_chunk_closure(model, opt, x, y))
-        else:
-            task(x, y)['loss'].backward()
-            opt.step()
-        opt.zero_grad()
+    _drive(model, opt, _BATCHES, route, make_closure=_chunk_closure)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
     assert (expected - plain).abs().max() > 1e-4  # per-chunk perturbation really differs from one for the batch
 
@@ -140,14 +112,7 @@ def test_gsam_m_sharpness_decomposes_per_chunk(route):
     model = copy.deepcopy(base)
     opt = GSAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho_max=0.3, rho_min=0.3, alpha=0.5,
                m_sharpness=4)
-    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
-    for x, y in _BATCHES:
-        if route == 'closure':
-            opt.step(_chunk_closure(model, opt, x, y))
-        else:
-            task(x, y)['loss'].backward()
-            opt.step()
-        opt.zero_grad()
+    _drive(model, opt, _BATCHES, route, make_closure=_chunk_closure)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
 
 
@@ -288,10 +253,4 @@ def _ddp_worker(rank, world_size, port):
 
 
 def test_ddp_each_worker_perturbs_with_its_own_chunks_sam_and_gsam():
-    import socket
-
-    import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_ddp_worker, args=(2, port), nprocs=2, join=True, start_method='fork')
+    spawn_gloo(_ddp_worker, nprocs=2)

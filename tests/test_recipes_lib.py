@@ -23,6 +23,7 @@ from timm_ext.recipes import (
     check_recipe,
     check_train_args,
     check_validate_args,
+    close_recipe_names,
     find_paper_row,
     find_recipe,
     format_index,
@@ -74,6 +75,17 @@ def test_unknown_recipe_names_close_ones():
     with pytest.raises(RecipeError, match=r"unknown recipe 'examples/sam_minimall': not a file .* "
                                           r"\(`timm-ext recipes list`\); did you mean examples/sam_minimal\?"):
         find_recipe('examples/sam_minimall')
+
+
+def test_close_names_compare_file_names_not_shared_folders():
+    """A hundred recipes share ``<paper>/<dataset>/``: only the file name decides, the same folder first."""
+    names = ['vit-sam/cifar10/vit_b16_sam_finetune', 'vit-sam/imagenet/resnet50', 'vit-sam/imagenet/vit_s16_sam',
+             'how-do-vits-work/imagenet/vit_s16_sam']
+    assert close_recipe_names('vit-sam/imagenet/nope', names) == []
+    assert close_recipe_names('how-do-vits-work/imagenet/vit_s16_sm', names)[:2] == [
+        'how-do-vits-work/imagenet/vit_s16_sam', 'vit-sam/imagenet/vit_s16_sam']
+    assert close_recipe_names('resnet_50', names) == ['vit-sam/imagenet/resnet50']
+    assert 'vit-sam/cifar10/vit_b16_sam_finetune' in close_recipe_names('vit-sam/imagenet/vit_b16', names)  # cut short
 
 
 def test_recipe_must_be_a_mapping(tmp_path):

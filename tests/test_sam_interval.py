@@ -5,32 +5,19 @@ import copy
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from _sam_reference import at as _at
+from _sam_reference import batches as _batches
+from _sam_reference import closure as _closure
+from _sam_reference import drive as _drive
+from _sam_reference import flat as _flat
+from _sam_reference import mlp as _mlp
+from _sam_reference import train_py_fp16 as _train_py_fp16
 from timm.optim import create_optimizer_v2
-from timm.task import ClassificationTask
-from timm.utils import NativeScaler
 
 from timm_ext.optim import GSAM, SAM, LookSAM
 
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
-
-
-def _mlp() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.Linear(8, 3))
-
-
-def _batches(n: int = 5):
-    out = []
-    for s in range(n):
-        g = torch.Generator().manual_seed(s)
-        out.append((torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)))
-    return out
-
-
-def _flat(tensors):
-    return torch.cat([t.reshape(-1) for t in tensors])
 
 
 def _reference(model, batches, k, rho, lr, momentum=0.9, clip=None):
@@ -42,8 +29,7 @@ def _reference(model, batches, k, rho, lr, momentum=0.9, clip=None):
         g = torch.autograd.grad(F.cross_entropy(model(x), y), params)
         if t % k == 0:
             gf = _flat(g)
-            at_e = copy.deepcopy(model)
-            torch.nn.utils.vector_to_parameters(_flat(params).detach() + rho * gf / gf.norm(), at_e.parameters())
+            at_e = _at(model, _flat(params).detach() + rho * gf / gf.norm())
             g = torch.autograd.grad(F.cross_entropy(at_e(x), y), list(at_e.parameters()))
         for p, gi in zip(params, g):
             p.grad = gi.clone()
@@ -54,15 +40,6 @@ def _reference(model, batches, k, rho, lr, momentum=0.9, clip=None):
     return _flat(model.parameters()).detach()
 
 
-def _closure(model, opt, x, y):
-    def closure():
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        return loss
-    return closure
-
-
 @pytest.mark.parametrize('route', ['closure', 'explicit', 'task'])
 def test_sam_every_kth_step_plain_steps_between(route):
     base = _mlp()
@@ -70,26 +47,12 @@ def test_sam_every_kth_step_plain_steps_between(route):
     expected = _reference(base, batches, k=3, rho=0.3, lr=0.2)
     model = copy.deepcopy(base)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho=0.3, interval=3)
-    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     forwards = []
     model.register_forward_hook(lambda m, i, o: forwards.append(1))
     due = []
-    for x, y in batches:
+    for xy in batches:
         due.append(opt.sam_step_due)
-        if route == 'closure':
-            opt.step(_closure(model, opt, x, y))
-        elif route == 'explicit':
-            F.cross_entropy(model(x), y).backward()
-            if opt.sam_step_due:
-                opt.first_step()
-                F.cross_entropy(model(x), y).backward()
-                opt.second_step()
-            else:
-                opt.step()  # a plain step needs no closure and no task
-        else:
-            task(x, y)['loss'].backward()
-            opt.step()
-        opt.zero_grad()
+        _drive(model, opt, [xy], route)  # explicit: a plain step() when no SAM step is due
     assert due == [True, False, False, True, False]
     assert len(forwards) == 7  # the second pass only on steps 0 and 3
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
@@ -121,12 +84,7 @@ def test_fp16_plain_steps_unscale_and_skip_overflow(contract, train_clip):
     expected = _reference(base, batches, k=2, rho=0.3, lr=0.2)
     model = copy.deepcopy(base)
     opt = cls(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho=0.3, interval=2)
-    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
-    scaler = NativeScaler(device='cpu')
-    scaler._scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 10)
-    for x, y in batches:
-        scaler(task(x, y)['loss'], opt, clip_grad=train_clip, parameters=model.parameters())
-        opt.zero_grad()
+    task, scaler = _train_py_fp16(model, opt, batches, clip_grad=train_clip)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
     assert scaler._scaler.get_scale() == 2.0 ** 10
     opt.step(_closure(model, opt, *batches[0]))  # step 4: SAM; step 5 is plain

@@ -82,6 +82,23 @@ def list_recipes() -> List[str]:
     return sorted(p.relative_to(root).with_suffix('').as_posix() for p in root.rglob(f'*{_SUFFIX}'))
 
 
+def close_recipe_names(name: str, names: List[str], n: int = 3) -> List[str]:
+    """Recipes whose file name is close to ``name``'s, those in its folder first.
+
+    Whole names are not compared: with a hundred recipes sharing ``<paper>/<dataset>/`` prefixes, any
+    name in a known folder would look close to every recipe there.
+    """
+    folder, _, base = name.rpartition('/')
+    by_base: Dict[str, List[str]] = {}
+    for candidate in names:
+        by_base.setdefault(candidate.rpartition('/')[2], []).append(candidate)
+    bases = [b for b in sorted(by_base) if len(base) >= 3 and b.startswith(base)]  # a name cut short
+    bases += [b for b in difflib.get_close_matches(base, list(by_base), n=n, cutoff=0.6) if b not in bases]
+    close = [candidate for b in bases for candidate in by_base[b]]
+    close.sort(key=lambda candidate: candidate.rpartition('/')[0] != folder)  # stable: closeness within
+    return close[:n]
+
+
 def find_recipe(name_or_path: Union[str, Path]) -> Path:
     """A recipe file: an existing path, or a packaged recipe's name (with or without ``.yaml``)."""
     path = Path(name_or_path).expanduser()
@@ -92,7 +109,7 @@ def find_recipe(name_or_path: Union[str, Path]) -> Path:
     names = list_recipes()
     if name in names:
         return recipes_dir() / f'{name}{_SUFFIX}'
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    close = close_recipe_names(name, names)
     hint = f'; did you mean {", ".join(close)}?' if close else ''
     raise RecipeError(f'unknown recipe {str(name_or_path)!r}: not a file and not one of the {len(names)} packaged '
                       f'recipes (`timm-ext recipes list`){hint}')
@@ -172,7 +189,7 @@ def find_paper_row(name: Union[str, Path], rows: Optional[Dict[str, PaperRow]] =
     if key in rows:
         return rows[key]
     names = [r.name for r in rows.values()]
-    close = difflib.get_close_matches(key[:-len(_SUFFIX)], names, n=3, cutoff=0.5)
+    close = close_recipe_names(key[:-len(_SUFFIX)], names)
     hint = f'; did you mean {", ".join(close)}?' if close else ''
     raise RecipeError(f'no paper row for {str(name)!r}: not one of the {len(rows)} paper recipes '
                       f'(`timm-ext recipes list`){hint}')

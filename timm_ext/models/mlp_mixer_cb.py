@@ -7,14 +7,14 @@ timm's ``MlpMixer`` with CB at the end of the channel-mixing MLP (``mlp_channels
 blocks; the token-mixing MLP is unchanged. What is ours: the paper does not say which Mixer blocks
 get CB; ``mixer_s16_cb`` puts it in all 8 blocks; ``cb_layers=`` overrides.
 """
-from typing import Any, Dict, Optional, Set
+from typing import Dict, Optional, Set
 
 import torch
 from timm.models import generate_default_cfgs, register_model
 from timm.models.mlp_mixer import MlpMixer
 from timm.models.mlp_mixer import checkpoint_filter_fn as _mixer_checkpoint_filter_fn
 
-from timm_ext.models._builder import build_timm_ext_model
+from timm_ext.models._mixer import create_mixer, mixer_cfg
 from timm_ext.models.cb_retrofit import (
     CBLayers,
     add_context_broadcast,
@@ -55,31 +55,11 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: MlpMixer) -
 
 
 def _create_mixer_cb(variant: str, pretrained: bool = False, **kwargs) -> MlpMixerCB:
-    out_indices = kwargs.pop('out_indices', 3)
-    return build_timm_ext_model(
-        MlpMixerCB,
-        variant,
-        pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
-        **kwargs,
-    )
-
-
-def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
-    return {
-        'url': url,
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None,
-        'crop_pct': 0.875, 'interpolation': 'bicubic', 'fixed_input_size': True,
-        'mean': (0.5, 0.5, 0.5), 'std': (0.5, 0.5, 0.5),
-        'first_conv': 'stem.proj', 'classifier': 'head',
-        'license': 'apache-2.0', 'paper_ids': 'arXiv:2210.08457',
-        **kwargs,
-    }
+    return create_mixer(MlpMixerCB, variant, pretrained, checkpoint_filter_fn, **kwargs)
 
 
 default_cfgs = generate_default_cfgs({
-    'mixer_s16_cb': _cfg(),
+    'mixer_s16_cb': mixer_cfg('arXiv:2210.08457'),
 })
 
 

@@ -6,16 +6,16 @@ tokens, token MLP 256, channel MLP 2048) and Mixer-B/8 (64M, token MLP 384, chan
 
 timm registers Mixer-S/32, S/16, B/32 and B/16 only, and its entrypoints fix ``patch_size``, so a
 recipe cannot reach the 8x8 variants through ``model_kwargs``. What is ours: two entrypoints that
-build timm's own ``MlpMixer`` with 8x8 patches (no published weights). The ViT-SAM recipes import
-this module through ``device_modules``.
+build timm's own ``MlpMixer`` with 8x8 patches (no published weights), registered by ``import timm_ext``
+like every timm-ext model.
 """
-from typing import Any, Dict, Set
+from typing import Set
 
 import torch
 from timm.models import generate_default_cfgs, register_model
 from timm.models.mlp_mixer import MlpMixer, checkpoint_filter_fn
 
-from timm_ext.models._builder import build_timm_ext_model
+from timm_ext.models._mixer import create_mixer, mixer_cfg
 
 __all__ = []  # model_registry will add each entrypoint fn to this
 
@@ -30,32 +30,12 @@ class MlpMixerP8(MlpMixer):
 
 
 def _create_mixer(variant: str, pretrained: bool = False, **kwargs) -> MlpMixer:
-    out_indices = kwargs.pop('out_indices', 3)
-    return build_timm_ext_model(
-        MlpMixerP8,
-        variant,
-        pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
-        **kwargs,
-    )
-
-
-def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
-    return {
-        'url': url,
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None,
-        'crop_pct': 0.875, 'interpolation': 'bicubic', 'fixed_input_size': True,
-        'mean': (0.5, 0.5, 0.5), 'std': (0.5, 0.5, 0.5),
-        'first_conv': 'stem.proj', 'classifier': 'head',
-        'license': 'apache-2.0', 'paper_ids': 'arXiv:2106.01548',
-        **kwargs,
-    }
+    return create_mixer(MlpMixerP8, variant, pretrained, checkpoint_filter_fn, **kwargs)
 
 
 default_cfgs = generate_default_cfgs({
-    'mixer_s8_224': _cfg(),
-    'mixer_b8_224': _cfg(),
+    'mixer_s8_224': mixer_cfg('arXiv:2106.01548'),
+    'mixer_b8_224': mixer_cfg('arXiv:2106.01548'),
 })
 
 
