@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from conftest import require_timm_script
 
-from timm_ext.analysis.reproduce import ARMS, _ms, _train_args, _verdict, write_report
+from timm_ext.analysis.reproduce import ARMS, _ms, _public_argv, _train_args, _verdict, write_report
 
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
 _SCRIPTS = Path(_ENV) if _ENV else Path(__file__).resolve().parents[2] / 'shared' / 'timm-train' / 'v1.0.28'
@@ -48,3 +48,8 @@ def test_report_states_claims_that_do_not_reproduce(tmp_path):
     assert (tmp_path / 'reproduction' / 'cb_entropy.png').stat().st_size > 0
     with pytest.raises(KeyError):
         write_report({'vit': [{}], 'vit_cb': [{}]}, [0], 1, tmp_path, 'cmd', 1.0)
+
+
+def test_the_printed_command_names_no_path_of_this_machine():
+    argv = ['--epochs', '6', '--timm-train', '/home/me/timm/train.py', '--runs=/scratch/runs', '--seeds', '0', '1']
+    assert _public_argv(argv) == ['--epochs', '6', '--timm-train', 'PATH', '--runs=DIR', '--seeds', '0', '1']

@@ -463,6 +463,21 @@ def _version(name: str) -> str:
         return '?'
 
 
+def _public_argv(argv: List[str]) -> List[str]:
+    """The command as the report prints it: this machine's paths (train.py, the runs folder) as placeholders."""
+    placeholders = {'--timm-train': 'PATH', '--runs': 'DIR'}
+    out: List[str] = []
+    for arg in argv:
+        key, eq, _ = arg.partition('=')
+        if out and out[-1] in placeholders:
+            out.append(placeholders[out[-1]])
+        elif eq and key in placeholders:
+            out.append(f'{key}={placeholders[key]}')
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog='python -m timm_ext.analysis.reproduce', description=__doc__.splitlines()[0])
     parser.add_argument('--runs', default=None,
@@ -492,7 +507,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             t0 = time.perf_counter()
             results.setdefault(arm.name, []).append(_cached_measure(dirs[(arm.name, seed)], arm, seed))
             print(f'measured {arm.name} seed {seed} in {time.perf_counter() - t0:.0f} s', flush=True)
-    command = 'python -m timm_ext.analysis.reproduce ' + ' '.join(argv if argv is not None else sys.argv[1:])
+    argv = list(argv if argv is not None else sys.argv[1:])
+    command = 'python -m timm_ext.analysis.reproduce ' + ' '.join(_public_argv(argv))
     path = write_report(results, args.seeds, args.epochs, Path(args.docs), command.strip(),
                         time.perf_counter() - start, load=(load_before, os.getloadavg()[1]))
     print(f'report: {path}')
