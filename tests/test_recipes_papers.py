@@ -234,6 +234,43 @@ def test_vit_sam_cifar_finetune_recipe_runs(tmp_path):
     assert 'RandAugment' not in seen['transform'] and seen['erasing'][0] == 0.0
 
 
+def _assert_deit_regime(seen: Dict) -> None:
+    """DeiT's pipeline, which the CB and scaled-ReLU papers follow: RandAugment, erasing, mixup + cutmix."""
+    t = seen['transform']
+    assert 'scale=(0.08, 1.0)' in t and 'interpolation=bicubic' in t
+    assert 'RandAugment(n=2' in t and 'm=9' in t and 'mstd=0.5' in t and 'ColorJitter' not in t
+    assert seen['erasing'] == [0.25, 'pixel', 1]
+    assert seen['mixup'] == dict(
+        mixup_alpha=0.8, cutmix_alpha=1.0, cutmix_minmax=None, prob=1.0, switch_prob=0.5, mode='batch',
+        label_smoothing=0.1, num_classes=2)
+    assert seen['criterion'] == 'SoftTargetCrossEntropy'
+
+
+@_marks
+def test_context_broadcasting_imagenet_recipe_runs_in_the_deit_regime(tmp_path):
+    """CB ViT-S (Table 5): AdamW at 1e-3 per 1024 images, linearly scaled. One process: no repeated aug."""
+    _make_image_folder(tmp_path / 'data')
+    seen = _two_steps(tmp_path, 'context-broadcasting/imagenet/vit_small_cb', {}, '--img-size', '32',
+                      '--batch-size', '4', '--num-classes', '2', '--aug-repeats', '0', '--model-kwargs', 'img_size=32')
+    _assert_deit_regime(seen)
+    opt = seen['optimizer']
+    assert (opt['name'], opt['weight_decay'], opt['betas']) == ('AdamW', 0.05, [0.9, 0.999])
+    assert abs(opt['lr'] - 1e-3 * 4 / 1024) < 1e-12  # lr_base 1e-3 at 1024, linear: batch 4 here
+
+
+@_marks
+def test_scaled_relu_imagenet_recipe_runs_sam_on_the_conv_stem(tmp_path):
+    """Scaled-ReLU Table 1, conv stem + SAM at lr 1e-3 (DeiT's lr per 512 images): SAM around AdamW."""
+    _make_image_folder(tmp_path / 'data')
+    seen = _two_steps(tmp_path, 'scaled-relu/imagenet/deit_small_conv_sam_lr1e-3', {}, '--img-size', '32',
+                      '--batch-size', '4', '--num-classes', '2', '--aug-repeats', '0', '--model-kwargs', 'img_size=32')
+    _assert_deit_regime(seen)
+    opt = seen['optimizer']
+    assert (opt['name'], opt['base'], opt['weight_decay']) == ('SAM', 'AdamW', 0.05)
+    assert abs(opt['lr'] - 1e-3 * 4 / 512) < 1e-12 and seen['sam_rho'] == [0.05]
+    assert 'Created SAM (samadamw) optimizer' in seen['log']
+
+
 # --- the `timm-ext recipes` actions over the paper recipes ----------------------------------------
 
 def _cli(capsys, *argv: str) -> List:
