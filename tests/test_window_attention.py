@@ -9,6 +9,7 @@ import torch
 from timm_ext.layers import WindowAttention2d
 from timm_ext.layers.window_attention import (
     raster_rows_to_nchw,
+    split_heads,
     window_attention_mask,
     window_partition_nchw,
     window_reverse_nchw,
@@ -138,6 +139,32 @@ def test_mask_is_minus_inf_exactly_on_padded_keys():
                 else:
                     assert torch.isneginf(m[:, k]).all()
     assert window_attention_mask(bias, torch.empty(2, 1, 6, 3), ws).shape == (1, 1, 9, 9)
+
+
+@pytest.mark.parametrize('used', [(0, 1, 2), (0, 2), (1,)], ids=['qkv', 'q_v', 'k_only'])
+def test_split_heads_values_and_gradients(used):
+    """q, k, v as (windows * heads, N, head_dim) from rows (window, token, [q|k|v], head, dim), written out by
+    index; the gradient (the hand-written backward, also when some of q, k, v get none) equals the plain
+    permute + unbind's."""
+    torch.manual_seed(5)
+    windows, n, heads, d = 3, 4, 2, 5
+    qkv = torch.randn(windows * n, 3 * heads * d, dtype=torch.float64, requires_grad=True)
+    parts = split_heads(qkv, n, heads, d)
+    for i, part in enumerate(parts):
+        assert part.shape == (windows * heads, n, d) and part.is_contiguous()
+        for w in range(windows):
+            for h in range(heads):
+                for t in range(n):
+                    start = (i * heads + h) * d
+                    assert torch.equal(part[w * heads + h, t], qkv[w * n + t, start:start + d])
+    weights = [torch.randn(windows * heads, n, d, dtype=torch.float64) for _ in range(3)]
+    loss = sum((parts[i] * weights[i]).sum() for i in used)
+    (grad,) = torch.autograd.grad(loss, qkv)
+    plain = qkv.view(-1, n, 3, heads, d).permute(2, 0, 3, 1, 4).reshape(3, -1, n, d).unbind(0)
+    (expected,) = torch.autograd.grad(sum((plain[i] * weights[i]).sum() for i in used), qkv)
+    assert torch.equal(grad, expected)
+    with torch.no_grad():  # the no-grad route (and TorchScript's) gives the same tensors
+        assert all(torch.equal(a, b) for a, b in zip(split_heads(qkv, n, heads, d), parts))
 
 
 def test_partition_order_and_reverse():

@@ -11,7 +11,8 @@ come from one GEMM over those rows. The attention output goes back to raster ord
 copy before the output projection, so the projected rows already are a channels-last map: no copy for a
 channels-last input the window divides, one (to NCHW, or to crop the padding) otherwise. In eval mode q/k/v go
 to ``F.scaled_dot_product_attention`` as 4-D strided views (its fused CPU kernel, no copy); in training the
-bias needs its gradient, which that kernel does not give, so the softmax is explicit (batched matmuls). The
+bias needs its gradient, which that kernel does not give, so the softmax is explicit (batched matmuls) on
+head-major q/k/v from ``split_heads`` (one copy, whose backward writes the three gradients back in one pass). The
 window helpers depend on the input size, so they are FX leaves (``register_notrace_function``), as timm's
 Swin window helpers are.
 """
@@ -24,8 +25,8 @@ from timm.layers import register_notrace_function, trunc_normal_
 from timm.models.swin_transformer import get_relative_position_index
 
 __all__ = [
-    'WindowAttention2d', 'raster_rows_to_nchw', 'window_attention_mask', 'window_partition_nchw', 'window_reverse_nchw',
-    'windows_to_raster_rows',
+    'WindowAttention2d', 'raster_rows_to_nchw', 'split_heads', 'window_attention_mask', 'window_partition_nchw',
+    'window_reverse_nchw', 'windows_to_raster_rows',
 ]
 
 
@@ -117,6 +118,40 @@ def window_attention_mask(bias: torch.Tensor, like: torch.Tensor, window_size: i
     return bias.masked_fill(~valid, float('-inf')).repeat(B, 1, 1, 1)
 
 
+class _SplitHeads(torch.autograd.Function):
+    """(T, 3 * heads * head_dim) q/k/v rows -> q, k, v, each (T / N * heads, N, head_dim) contiguous. The same
+    bytes as autograd's permute + reshape + unbind, but the backward writes the three gradients straight into
+    one buffer in the rows' layout; unbind's backward stacks them first (one full copy more per step)."""
+
+    @staticmethod
+    def forward(ctx, qkv: torch.Tensor, n: int, heads: int, head_dim: int):
+        ctx.n, ctx.heads, ctx.head_dim = n, heads, head_dim
+        q, k, v = qkv.view(-1, n, 3, heads, head_dim).permute(2, 0, 3, 1, 4).reshape(3, -1, n, head_dim).unbind(0)
+        return q, k, v
+
+    @staticmethod
+    def backward(ctx, *grads: Optional[torch.Tensor]):
+        n, heads, head_dim = ctx.n, ctx.heads, ctx.head_dim
+        like = next(g for g in grads if g is not None)
+        out = like.new_empty(like.shape[0] // heads, n, 3, heads, head_dim)
+        for i, g in enumerate(grads):
+            if g is None:
+                out[:, :, i].zero_()
+            else:
+                out[:, :, i].copy_(g.view(-1, heads, n, head_dim).transpose(1, 2))
+        return out.view(-1, 3 * heads * head_dim), None, None, None
+
+
+@register_notrace_function  # reason: an autograd.Function (an FX leaf, as timm's notrace helpers)
+def split_heads(
+        qkv: torch.Tensor, n: int, heads: int, head_dim: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(T, 3 * heads * head_dim) rows of T / n windows -> q, k, v as contiguous (windows * heads, n, head_dim)."""
+    if torch.jit.is_scripting() or not torch.is_grad_enabled():
+        q, k, v = qkv.view(-1, n, 3, heads, head_dim).permute(2, 0, 3, 1, 4).reshape(3, -1, n, head_dim).unbind(0)
+        return q, k, v
+    return _SplitHeads.apply(qkv, n, heads, head_dim)
+
+
 class WindowAttention2d(nn.Module):
     """ Multi-head self-attention inside ``window_size`` x ``window_size`` windows of a (B, C, H, W) map.
 
@@ -189,7 +224,7 @@ class WindowAttention2d(nn.Module):
         if self.training:
             # the bias needs its gradient, which the fused CPU kernel does not give: explicit softmax on
             # contiguous (B * nW * heads, N, head_dim) operands (one copy of q, k, v), faster than SDPA's fallback
-            q, k, v = qkv.permute(2, 0, 3, 1, 4).reshape(3, -1, n, head_dim).unbind(0)
+            q, k, v = split_heads(qkv.view(-1, 3 * heads * head_dim), n, heads, head_dim)
             attn = torch.add(mask, torch.bmm(q, k.transpose(1, 2)).view(-1, heads, n, n), alpha=head_dim ** -0.5)
             attn = self.attn_drop(attn.softmax(dim=-1))
             out = torch.bmm(attn.view(-1, n, n), v).view(-1, heads, n, head_dim)

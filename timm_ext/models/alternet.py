@@ -35,6 +35,7 @@ from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint_seq
 from timm.models.resnetv2 import DownsampleConv, PreActBasic, PreActBottleneck
 
+from timm_ext.layers.small_map_conv import create_small_map_conv2d
 from timm_ext.layers.window_attention import WindowAttention2d
 from timm_ext.models._builder import build_timm_ext_model
 from timm_ext.models.alternet_convert import convert_official_alternet, is_official_alternet_state_dict
@@ -116,7 +117,7 @@ class LocalMsaBlock(nn.Module):
         super().__init__()
         width = int(dim * bottle_ratio)
         self.norm1 = norm_layer(dim, act_layer='gelu', **dd)
-        self.proj_in = nn.Conv2d(dim, width, 1, bias=False, **dd)
+        self.proj_in = create_small_map_conv2d(dim, width, 1, **dd)
         self.norm2 = norm_layer(width, apply_act=False, **dd)
         self.attn = WindowAttention2d(
             width, dim, num_heads=num_heads, head_dim=head_dim, window_size=window_size,
@@ -280,7 +281,7 @@ class AlterNet(nn.Module):
         stride = 1 if stem_type == 'cifar' else 4
 
         block_dprs = calculate_drop_path_rates(drop_path_rate, list(layers), stagewise=True)
-        conv_kwargs = dict(conv_layer=create_conv2d, norm_layer=norm_act_layer)
+        conv_kwargs = dict(conv_layer=create_small_map_conv2d, norm_layer=norm_act_layer)
         self.feature_info = []
         stages = []
         prev_chs = stem_chs
