@@ -14,8 +14,11 @@ penalty whose gradient is SGD's weight decay, so every eigenvalue shifts by ``we
 Hessian-vector products use double backward (``torch.autograd.grad(..., create_graph=True)``). timm's
 fused attention and SDPA's fused kernels have none, so these functions run inside
 :func:`timm_ext.analysis._hooks.math_attention` (restored on exit). The model is in eval mode unless
-``train=True`` (dropout and batch statistics then take part). Vectors are lists of tensors shaped like
-the parameters and all vector algebra uses ``torch._foreach_*`` ops.
+``train=True`` (dropout and batch statistics then take part). Inside it, GELU, LayerNorm, Conv2d and
+eval-mode BatchNorm get a double backward that keeps its vector-independent factors with the graph
+(:mod:`timm_ext.analysis._second_order`): one product costs 2.2-2.4x a forward+backward instead of
+2.6-3.0x (``benchmarks/bench_hessian.py``). Vectors are lists of tensors shaped like the parameters and
+all vector algebra uses ``torch._foreach_*`` ops.
 """
 import contextlib
 import math
@@ -25,6 +28,7 @@ import torch
 import torch.nn as nn
 
 from timm_ext.analysis._hooks import LossFn, as_batches, eval_mode, math_attention, mean_loss, model_device
+from timm_ext.analysis._second_order import second_order_activations
 
 __all__ = [
     'HessianOperator', 'hessian_lambda_max', 'hessian_max_eigenvalue_spectrum', 'hessian_spectrum_density',
@@ -134,8 +138,9 @@ class HessianOperator:
 
 @contextlib.contextmanager
 def hessian_context(model: nn.Module, train: bool = False) -> Iterator[nn.Module]:
-    """Eval (or train) mode and the math attention path, both restored on exit."""
-    with eval_mode(model, train=train), math_attention(model):
+    """Eval (or train) mode, the math attention path, and GELU / LayerNorm / Conv2d / BatchNorm with a cheap
+    double backward (:mod:`timm_ext.analysis._second_order`), all restored on exit."""
+    with eval_mode(model, train=train), math_attention(model), second_order_activations(model):
         yield model
 
 

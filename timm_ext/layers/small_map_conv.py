@@ -28,14 +28,20 @@ class SmallMapConv2d(nn.Conv2d):
     small_map_pixels: Final[int] = SMALL_MAP_PIXELS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_cpu and x.dim() == 4 and _is_channels_last(x):
-            out_h, out_w = self._output_size(x.shape[-2], x.shape[-1])
-            if out_h * out_w <= self.small_map_pixels:
-                if self._is_pointwise():
-                    return self._pointwise_gemm(x, out_h, out_w)
-                y = self._conv_forward(x.contiguous(), self.weight, self.bias)
-                return y.contiguous(memory_format=torch.channels_last)
+        if self.takes_small_map_route(x):
+            if self._is_pointwise():
+                out_h, out_w = self._output_size(x.shape[-2], x.shape[-1])
+                return self._pointwise_gemm(x, out_h, out_w)
+            y = self._conv_forward(x.contiguous(), self.weight, self.bias)
+            return y.contiguous(memory_format=torch.channels_last)
         return self._conv_forward(x, self.weight, self.bias)
+
+    def takes_small_map_route(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` (CPU, channels-last, output map of at most ``small_map_pixels``) leaves oneDNN's path."""
+        if not (x.is_cpu and x.dim() == 4 and _is_channels_last(x)):
+            return False
+        out_h, out_w = self._output_size(x.shape[-2], x.shape[-1])
+        return out_h * out_w <= self.small_map_pixels
 
     def _is_pointwise(self) -> bool:
         return (
