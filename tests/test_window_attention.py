@@ -167,6 +167,18 @@ def test_split_heads_values_and_gradients(used):
         assert all(torch.equal(a, b) for a, b in zip(split_heads(qkv, n, heads, d), parts))
 
 
+def test_split_heads_is_twice_differentiable():
+    """Hessians of a training-mode AlterNet (``hessian_context(train=True)``) go through its backward again."""
+    torch.manual_seed(6)
+    qkv = torch.randn(8, 3 * 2 * 3, dtype=torch.float64, requires_grad=True)
+
+    def fn(t):
+        q, k, v = split_heads(t, 4, 2, 3)
+        return (q * q).sum() + (k * v).sum()
+
+    assert torch.autograd.gradgradcheck(fn, (qkv,))
+
+
 def test_partition_order_and_reverse():
     """Token rows are batch, window row, window column, then row-major inside the window; reverse crops padding."""
     x = torch.arange(2 * 1 * 4 * 5, dtype=torch.float32).view(2, 1, 4, 5)
