@@ -1,13 +1,15 @@
-"""AdamW / SAM / GSAM / interval SAM / LookSAM on the demo's digits, through timm's own train.py, over seeds.
+"""AdamW / SAM / GSAM / interval SAM / LookSAM on the digits, through timm's own train.py, over seeds.
 
-The setting is the demo's (:mod:`timm_ext.demo`): scikit-learn's 1,797 handwritten digits as an
-ImageFolder, timm's ``vit_tiny_patch16_224`` shrunk to 32 px (patch 4, width 128, depth 4), batch 16,
-AdamW lr 1e-3, cosine schedule with a 1-epoch warmup, label smoothing 0.1; only the optimizer changes.
+The setting is the 32 px one of docs/reproduction.md and docs/sam.md (the demo's until it moved to 16 px;
+:mod:`timm_ext.analysis.reproduce` keeps it as ``VIT`` and ``TRAIN_ARGS``): scikit-learn's 1,797
+handwritten digits as an ImageFolder, timm's ``vit_tiny_patch16_224`` shrunk to 32 px (patch 4, width 128,
+depth 4), batch 16, AdamW lr 1e-3, cosine schedule with a 1-epoch warmup, label smoothing 0.1; only the
+optimizer changes.
 Each run is a train.py child process (:func:`timm_ext.training.build_train_command`); this script
 only launches them (seeds outermost, so a change of machine load hits every optimizer alike) and
 reads each run's ``summary.csv``.
 
-Radii: SAM and LookSAM use the demo's rho 0.05; interval SAM uses rho 0.05 x interval, the
+Radii: SAM and LookSAM use rho 0.05; interval SAM uses rho 0.05 x interval, the
 proportional rule of Composer's SAM method card (interval 10 with rho 0.5 for its ImageNet ResNet-50);
 GSAM goes from rho_max 0.05 at the peak lr to rho_min 0 at lr 0 with alpha 0.4 (the GSAM paper's
 ViT-S/32 alpha and rho_min, Table 4).
@@ -23,25 +25,43 @@ import json
 import statistics
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
 
-from timm_ext.demo import DEFAULT_BASELINE, DEMO_RHO, MODEL_KWARGS, DemoRun
+from timm_ext.analysis.reproduce import TRAIN_ARGS, VIT
 
+MODEL = 'vit_tiny_patch16_224'
+RHO = 0.05
 INTERVAL = 5
 
 
-def variants() -> List[DemoRun]:
-    model = DEFAULT_BASELINE
+@dataclass(frozen=True)
+class Variant:
+    """One optimizer on the shared 32 px setting."""
+    name: str
+    label: str
+    opt: str
+    opt_kwargs: Dict[str, Any] = field(default_factory=dict)
+
+    def train_args(self, data_dir: Path, output: Path, experiment: str, epochs: int, seed: int) -> List[str]:
+        args = ['--data-dir', str(data_dir), '--output', str(output), '--experiment', experiment, '--model', MODEL,
+                '--epochs', str(epochs), '--opt', self.opt, *TRAIN_ARGS, '--seed', str(seed),  # the last --seed wins
+                '--model-kwargs', *(f'{k}={v}' for k, v in VIT.items())]
+        if self.opt_kwargs:
+            args += ['--opt-kwargs', *(f'{k}={v}' for k, v in self.opt_kwargs.items())]
+        return args
+
+
+def variants() -> List[Variant]:
     return [
-        DemoRun('adamw', 'AdamW', model, 'adamw'),
-        DemoRun('sam', f'SAM (rho {DEMO_RHO:g})', model, 'samadamw', dict(rho=DEMO_RHO)),
-        DemoRun('gsam', f'GSAM (rho {DEMO_RHO:g} -> 0, alpha 0.4)', model, 'gsamadamw',
-                dict(rho_max=DEMO_RHO, rho_min=0.0, alpha=0.4)),
-        DemoRun('interval_sam', f'SAM, interval {INTERVAL} (rho {DEMO_RHO * INTERVAL:g})', model, 'samadamw',
-                dict(rho=DEMO_RHO * INTERVAL, interval=INTERVAL)),
-        DemoRun('looksam', f'LookSAM, k {INTERVAL} (rho {DEMO_RHO:g}, alpha 0.7)', model, 'looksamadamw',
-                dict(rho=DEMO_RHO, interval=INTERVAL, alpha=0.7)),
+        Variant('adamw', 'AdamW', 'adamw'),
+        Variant('sam', f'SAM (rho {RHO:g})', 'samadamw', dict(rho=RHO)),
+        Variant('gsam', f'GSAM (rho {RHO:g} -> 0, alpha 0.4)', 'gsamadamw', dict(rho_max=RHO, rho_min=0.0, alpha=0.4)),
+        Variant('interval_sam', f'SAM, interval {INTERVAL} (rho {RHO * INTERVAL:g})', 'samadamw',
+                dict(rho=RHO * INTERVAL, interval=INTERVAL)),
+        Variant('looksam', f'LookSAM, k {INTERVAL} (rho {RHO:g}, alpha 0.7)', 'looksamadamw',
+                dict(rho=RHO, interval=INTERVAL, alpha=0.7)),
     ]
 
 
@@ -50,12 +70,10 @@ def _summary(path: Path) -> List[Dict[str, float]]:
         return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def run_one(run: DemoRun, data_dir: Path, out: Path, epochs: int, seed: int, threads: int) -> Dict[str, Any]:
+def run_one(run: Variant, data_dir: Path, out: Path, epochs: int, seed: int, threads: int) -> Dict[str, Any]:
     from timm_ext.training import build_train_command, child_env
     name = f'{run.name}_seed{seed}'
-    args = DemoRun(name, run.label, run.model, run.opt, run.opt_kwargs).train_args(
-        data_dir, out, epochs, MODEL_KWARGS) + ['--seed', str(seed)]  # the last --seed wins
-    cmd = build_train_command(args).argv
+    cmd = build_train_command(run.train_args(data_dir, out, name, epochs, seed)).argv
     log = out / f'{name}.log'
     start = time.perf_counter()
     env = dict(child_env(), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))

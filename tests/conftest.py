@@ -1,4 +1,5 @@
 """Shared test setup: offline hub, deterministic seeds, and the path to timm's real train.py."""
+import itertools
 import os
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
@@ -6,11 +7,20 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+_CACHES = itertools.count()
+
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _private_timm_ext_cache(tmp_path_factory, monkeypatch):
+    """Each test its own timm-ext cache (made only when written): a train.py given by path is cached there,
+    never in ~/.cache/timm-ext, and no test sees what an earlier one cached."""
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path_factory.getbasetemp() / 'timm-ext-cache' / str(next(_CACHES))))
 
 
 @pytest.fixture

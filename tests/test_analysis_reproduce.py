@@ -13,9 +13,16 @@ TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 
 
 def test_every_arm_is_a_valid_train_py_command(tmp_path):
+    from PIL import Image
+
     from timm_ext.training import build_train_command
 
     require_timm_script(TRAIN_PY)
+    for split in ('train', 'validation'):  # the digits' layout, small: 10 classes, 2 images each (batch 16)
+        for cls in range(10):
+            (tmp_path / 'data' / split / str(cls)).mkdir(parents=True)
+            for i in range(2):
+                Image.new('RGB', (8, 8)).save(tmp_path / 'data' / split / str(cls) / f'{i}.png')
     for arm in ARMS:
         args = _train_args(arm, tmp_path / 'data', tmp_path / 'runs', seed=2, epochs=3)
         assert args[args.index('--seed') + 1] == '2' and args.count('--seed') == 1

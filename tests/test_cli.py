@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import timm
 import torch
+from _cli import run_cli
 from conftest import require_timm_script
 
 from timm_ext import scripts
-from timm_ext.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
@@ -45,14 +45,29 @@ def timm_scripts(monkeypatch):
     return SCRIPTS_DIR
 
 
-def cli(capsys, *argv):
-    """(exit code, stdout, stderr) of ``timm-ext ARGV``."""
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
+@pytest.fixture
+def data(tmp_path):
+    """A tiny ImageFolder (train/ and validation/, two classes of two 8x8 PNGs each): the commands here need one
+    (timm-ext refuses a train or validate command without its data, see tests/test_preflight.py)."""
+    from PIL import Image
+
+    for split in ('train', 'validation'):
+        for cls in ('a', 'b'):
+            (tmp_path / 'data' / split / cls).mkdir(parents=True)
+            for i in range(2):
+                Image.new('RGB', (8, 8)).save(tmp_path / 'data' / split / cls / f'{i}.png')
+    return tmp_path / 'data'
+
+
+@pytest.fixture
+def module_mine(tmp_path, monkeypatch):
+    """An importable module ``mine`` (a user's own models): timm-ext imports what the script would."""
+    (tmp_path / 'mine.py').write_text('')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, 'mine', raising=False)
+
+
+cli = run_cli
 
 
 def _errors(err: str, command: str):
@@ -125,20 +140,23 @@ def test_pyproject_ships_the_cli_and_every_package():
 
 # --- train ---------------------------------------------------------------------------------------
 
-def test_train_command_adds_timm_ext(capsys, timm_scripts):
-    code, out, err = cli(capsys, 'train', '--dry-run', '--device', 'cpu', '--model', 'resnet18')
+def test_train_command_adds_timm_ext(capsys, timm_scripts, data, module_mine):
+    small = ['--data-dir', str(data), '--num-classes', '2', '-b', '2']
+    code, out, err = cli(capsys, 'train', '--dry-run', '--device', 'cpu', '--model', 'resnet18', *small)
     assert code == 0 and _errors(err, 'train') == []
-    assert shlex.split(out) == [sys.executable, str(TRAIN_PY), '--device', 'cpu', '--model', 'resnet18',
+    assert shlex.split(out) == [sys.executable, str(TRAIN_PY), '--device', 'cpu', '--model', 'resnet18', *small,
                                 '--device-modules', 'timm_ext']
-    code, out, _ = cli(capsys, 'train', '--dry-run', '--device', 'cpu', '--device-modules', 'mine')
+    code, out, _ = cli(capsys, 'train', '--dry-run', '--device', 'cpu', *small, '--device-modules', 'mine')
     assert shlex.split(out)[-5:] == ['--device-modules', 'mine', '--device-modules', 'timm_ext', 'mine']
 
 
-def test_train_with_a_packaged_recipe(capsys, timm_scripts):
-    code, out, _ = cli(capsys, 'train', '-c', 'examples/sam_minimal', '--dry-run', '--device', 'cpu')
+def test_train_with_a_packaged_recipe(capsys, timm_scripts, data):
+    small = ['--data-dir', str(data), '--num-classes', '2', '-b', '2']
+    code, out, _ = cli(capsys, 'train', '-c', 'examples/sam_minimal', '--dry-run', '--device', 'cpu', *small)
     recipe = REPO / 'recipes' / 'examples' / 'sam_minimal.yaml'
     # the recipe loads timm_ext itself (device_modules: [timm_ext]): nothing added
-    assert code == 0 and shlex.split(out) == [sys.executable, str(TRAIN_PY), '-c', str(recipe), '--device', 'cpu']
+    assert code == 0 and shlex.split(out) == [sys.executable, str(TRAIN_PY), '-c', str(recipe), '--device', 'cpu',
+                                              *small]
 
 
 def test_train_nproc_runs_torchrun(capsys, timm_scripts):
@@ -148,8 +166,9 @@ def test_train_nproc_runs_torchrun(capsys, timm_scripts):
         '--device', 'cuda', '--device-modules', 'timm_ext']
 
 
-def test_train_ddp_on_cpu_is_one_line(capsys, timm_scripts):
-    code, _, err = cli(capsys, 'train', '--nproc-per-node', '2', '--dry-run', '--device', 'cpu')
+def test_train_ddp_on_cpu_is_one_line(capsys, timm_scripts, data):
+    code, _, err = cli(capsys, 'train', '--nproc-per-node', '2', '--dry-run', '--device', 'cpu', '--data-dir', data,
+                       '--num-classes', '2', '-b', '2')
     assert code == 2 and _errors(err, 'train') == [
         'train.py of v1.0.28 cannot run DDP on the CPU (it passes device_ids to DistributedDataParallel, which '
         'torch refuses for a CPU model): drop --nproc-per-node or train on GPUs']
@@ -165,10 +184,11 @@ def test_train_unknown_recipe(capsys, timm_scripts):
         f"{len(list((REPO / 'recipes').rglob('*.yaml')))} packaged recipes (`timm-ext recipes list`)"]
 
 
-def test_train_misconfigurations_stop_before_train_py(capsys, timm_scripts, tmp_path):
+def test_train_misconfigurations_stop_before_train_py(capsys, timm_scripts, tmp_path, data):
     recipe = tmp_path / 'recipe.yaml'
     recipe.write_text('device_modules: [timm_ext]\nopt: sam_adamw\nrho: 0.05\n')
-    code, out, err = cli(capsys, 'train', '-c', recipe, '--dry-run')
+    code, out, err = cli(capsys, 'train', '-c', recipe, '--dry-run', '--data-dir', data, '--num-classes', '2',
+                         '-b', '2')
     errors = _errors(err, 'train')
     assert code == 2 and out == '' and len(errors) == 2 + (not torch.cuda.is_available())
     assert errors[0].startswith("recipe key 'rho' is not a train.py argument")
@@ -203,18 +223,19 @@ def test_train_py_hash_mismatch(capsys, tmp_path):
 
 # --- validate ------------------------------------------------------------------------------------
 
-def test_validate_command_imports_timm_ext_first(capsys, timm_scripts, tmp_path):
+def test_validate_command_imports_timm_ext_first(capsys, timm_scripts, tmp_path, data, module_mine):
     checkpoint = tmp_path / 'model.pth.tar'
     checkpoint.write_bytes(b'')
     code, out, _ = cli(capsys, 'validate', '--dry-run', '--import', 'mine', '--checkpoint', checkpoint,
-                       '--device', 'cpu')
+                       '--device', 'cpu', '--data-dir', data)
     assert code == 0 and shlex.split(out) == [
         sys.executable, '-m', 'timm_ext.cli._child', 'timm_ext,mine', str(VALIDATE_PY),
-        '--checkpoint', str(checkpoint), '--device', 'cpu']
+        '--checkpoint', str(checkpoint), '--device', 'cpu', '--data-dir', str(data)]
 
 
-def test_validate_nonexistent_checkpoint(capsys, timm_scripts, tmp_path):
-    code, _, err = cli(capsys, 'validate', '--checkpoint', tmp_path / 'missing.pth.tar', '--device', 'cpu')
+def test_validate_nonexistent_checkpoint(capsys, timm_scripts, tmp_path, data):
+    code, _, err = cli(capsys, 'validate', '--checkpoint', tmp_path / 'missing.pth.tar', '--device', 'cpu',
+                       '--data-dir', data)
     assert code == 2 and _errors(err, 'validate') == [f"checkpoint '{tmp_path / 'missing.pth.tar'}' does not exist"]
 
 

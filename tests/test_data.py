@@ -1,5 +1,7 @@
 """The embedded digits data: real scikit-learn images written once as a timm ImageFolder."""
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ pytest.importorskip('sklearn', reason='the digits data needs scikit-learn (pip i
 from PIL import Image  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 
-from timm_ext.data import DIGITS_CLASSES, digits_image_folder, load_digits_arrays  # noqa: E402
+from timm_ext.data import DIGITS_CLASSES, digits_image_folder, digits_tuning_folder, load_digits_arrays  # noqa: E402
 
 
 @pytest.fixture(scope='module')
@@ -97,3 +99,64 @@ def test_incomplete_folder_is_refused_not_overwritten(tmp_path):
 def test_bad_arguments_name_the_value(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         digits_image_folder(tmp_path, **kwargs)
+
+
+def _files(folder, split):
+    return {p.relative_to(folder / split): p for p in (folder / split).rglob('*.png')}
+
+
+def test_tuning_split_is_made_of_training_images_only(tmp_path):
+    main = digits_image_folder(tmp_path, size=8, seed=2)
+    tune = digits_tuning_folder(tmp_path, size=8, seed=2, heldout_fraction=0.25, heldout_seed=5)
+    assert sorted(p.name for p in tune.iterdir() if p.is_dir()) == ['heldout', 'train']
+    train, heldout, validation = _files(main, 'train'), _files(tune, 'heldout'), _files(main, 'validation')
+    tune_train = _files(tune, 'train')
+    # every tuning image is a training image of the main split (same class folder, same file, same pixels) ...
+    assert set(tune_train) | set(heldout) == set(train) and not set(tune_train) & set(heldout)
+    for rel, path in {**tune_train, **heldout}.items():
+        assert path.read_bytes() == train[rel].read_bytes()
+    # ... and no validation image (file names are the dataset index, unique across classes) is among them
+    val_ids = {p.stem for p in validation.values()}
+    assert not val_ids & {p.stem for p in (*tune_train.values(), *heldout.values())}
+    # stratified: a quarter of each class's training images is held out
+    for c in DIGITS_CLASSES:
+        n_train = sum(1 for rel in train if rel.parts[0] == c)
+        assert sum(1 for rel in heldout if rel.parts[0] == c) == round(n_train * 0.25)
+    meta = json.loads((tune / 'timm_ext_digits.json').read_text())
+    assert meta['counts'] == {'train': len(tune_train), 'heldout': len(heldout)}
+    assert (meta['heldout_fraction'], meta['heldout_seed'], meta['seed']) == (0.25, 5, 2)
+
+
+def test_tuning_split_is_reused_and_changes_with_its_seed(tmp_path):
+    a = digits_tuning_folder(tmp_path, size=8)
+    stamp = (a / 'timm_ext_digits.json').stat().st_mtime_ns
+    assert digits_tuning_folder(tmp_path, size=8) == a
+    assert (a / 'timm_ext_digits.json').stat().st_mtime_ns == stamp
+    b = digits_tuning_folder(tmp_path, size=8, heldout_seed=2)
+    assert set(_files(a, 'heldout')) != set(_files(b, 'heldout'))
+    assert set(_files(a, 'heldout')) | set(_files(a, 'train')) == set(_files(b, 'heldout')) | set(_files(b, 'train'))
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(heldout_fraction=0.0), 'heldout_fraction=0.0'),
+    (dict(heldout_fraction=1), 'heldout_fraction=1'),
+    (dict(heldout_seed=None), 'heldout_seed=None'),
+    (dict(size=7), 'size=7'),
+])
+def test_tuning_split_bad_arguments_name_the_value(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        digits_tuning_folder(tmp_path, **kwargs)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize('mask', [0o022, 0o027])
+def test_folders_take_the_umask(tmp_path, mask):
+    """The dataset folder gets a new folder's mode, not the 0700 of the temporary folder it is written in."""
+    old = os.umask(mask)
+    try:
+        paths = [digits_image_folder(tmp_path, size=8), digits_tuning_folder(tmp_path, size=8)]
+    finally:
+        os.umask(old)
+    for path in paths:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~mask
+        assert stat.S_IMODE((path / 'train').stat().st_mode) == 0o777 & ~mask

@@ -17,10 +17,10 @@ import pytest
 import timm
 import torch
 import yaml
+from _cli import run_cli
 from _timm_venvs import venv_python
 
 import timm_ext  # noqa: F401  (registers the models)
-from timm_ext.cli import main
 from timm_ext.hub import (
     CardInfo,
     HubError,
@@ -31,6 +31,7 @@ from timm_ext.hub import (
     load_model,
     load_weights,
     push,
+    save_safetensors,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,7 +127,9 @@ class _Payload:
 
 def test_load_checkpoint_never_unpickles_objects(tmp_path):
     torch.save({'state_dict': _small().state_dict(), 'extra': _Payload()}, tmp_path / 'evil.pth')
-    with pytest.raises(HubError, match=r'evil\.pth holds objects that torch\.load\(weights_only=True\) refuses'):
+    with pytest.raises(HubError, match=r'evil\.pth holds objects that torch\.load\(weights_only=True\) refuses '
+                                       r'\(test_hub\._record\): in a session you trust, load it and save its '
+                                       r'state_dict\(\) with torch\.save$'):
         load_checkpoint(tmp_path / 'evil.pth')
     assert _RAN == []  # the payload's callable never ran
     torch.load(tmp_path / 'evil.pth', weights_only=False)  # what an unsafe loader would have done
@@ -142,11 +145,96 @@ def test_load_checkpoint_errors(tmp_path):
         load_checkpoint(tmp_path / 'missing.pth')
     good = (tmp_path / 'no_ema.pth.tar').read_bytes()
     (tmp_path / 'cut.pth.tar').write_bytes(good[:len(good) // 2])
-    with pytest.raises(HubError, match=r'cut\.pth\.tar is not a readable torch checkpoint .*truncated'):
+    with pytest.raises(HubError, match=r'cut\.pth\.tar is not a readable PyTorch checkpoint \(a zip archive '
+                                       r'that is truncated or corrupt: .*\): copy it again, or save it again with '
+                                       r'torch\.save$'):
         load_checkpoint(tmp_path / 'cut.pth.tar')
     torch.save([1, 2], tmp_path / 'list.pth')
     with pytest.raises(HubError, match=r'list\.pth holds a list'):
         load_checkpoint(tmp_path / 'list.pth')
+
+
+_EXPECTED = ("expected a file written by torch.save (train.py's last.pth.tar or model_best.pth.tar, a .pth "
+             "state_dict) or a .safetensors file")
+
+
+def _not_a_checkpoint(tmp_path):
+    """Files a user may pass by mistake, each with what the error should say it is."""
+    import pickle
+    import zipfile
+    (tmp_path / 'notes.txt').write_text('model: vit_small_cb\nepochs: 300\n')
+    (tmp_path / 'random.bin').write_bytes(bytes([0x9e, 0x03, 0x51, 0xff, 0x00, 0x7a, 0x10, 0x42]) * 64)
+    (tmp_path / 'empty.pth').write_bytes(b'')
+    with zipfile.ZipFile(tmp_path / 'photos.zip', 'w') as archive:
+        archive.writestr('a.txt', 'x')
+        archive.writestr('b/c.txt', 'y')
+    (tmp_path / 'plain.pkl').write_bytes(pickle.dumps({'weight': [1.0, 2.0]}, protocol=4))
+    return {
+        'notes.txt': "it is text: 'model: vit_small_cb'",
+        'random.bin': 'unknown binary data starting 9e 03 51 ff 00 7a 10 42',
+        'empty.pth': 'it is empty',
+        'photos.zip': "a zip archive of a.txt, b/c.txt, without torch.save's <name>/data.pkl",
+        'plain.pkl': 'a Python pickle that torch.save did not write',
+    }
+
+
+def test_cli_export_says_a_file_is_not_a_checkpoint(tmp_path, capsys):
+    """Text, random bytes, an empty file, a foreign zip, a plain pickle: one line saying what the file is and what
+    was expected, never the advice meant for a checkpoint that holds objects."""
+    for name, what in _not_a_checkpoint(tmp_path).items():
+        code, out, err = _cli(capsys, 'export', '--checkpoint', tmp_path / name, '--out', tmp_path / 'o')
+        assert (code, out) == (2, '')
+        assert err == f'timm-ext export: error: {tmp_path / name} is not a PyTorch checkpoint ({what}): {_EXPECTED}\n'
+    assert not (tmp_path / 'o').exists()
+
+
+def test_cli_export_checkpoints_that_do_not_load(tmp_path, capsys):
+    """A real torch.save file: objects get the advice to re-save it in a trusted session (their classes named, the
+    pickle only walked), a truncated pickle is named as such; the legacy (non-zip) format is read too."""
+    import tarfile
+    import zipfile
+    model, ran = _small(), list(_RAN)
+    torch.save({'state_dict': model.state_dict(), 'extra': _Payload()}, tmp_path / 'objects.pth')
+    code, _, err = _cli(capsys, 'export', '--checkpoint', tmp_path / 'objects.pth', '--out', tmp_path / 'o')
+    assert code == 2 and err == (f'timm-ext export: error: {tmp_path / "objects.pth"} holds objects that '
+                                 f'torch.load(weights_only=True) refuses (test_hub._record): in a session you trust, '
+                                 f'load it and save its state_dict() with torch.save\n')
+    assert _RAN == ran  # the payload's callable never ran
+    torch.save({'state_dict': model.state_dict()}, tmp_path / 'good.pth')
+    with zipfile.ZipFile(tmp_path / 'good.pth') as src, zipfile.ZipFile(tmp_path / 'cut_pickle.pth', 'w') as dst:
+        for name in src.namelist():  # a whole archive whose data.pkl stops half-way
+            data = src.read(name)
+            dst.writestr(name, data[:len(data) // 2] if name.endswith('/data.pkl') else data)
+    code, _, err = _cli(capsys, 'export', '--checkpoint', tmp_path / 'cut_pickle.pth', '--out', tmp_path / 'o')
+    assert code == 2 and err == (f'timm-ext export: error: {tmp_path / "cut_pickle.pth"} is not a readable PyTorch '
+                                 f'checkpoint (its pickle is truncated or corrupt): copy it again, or save it again '
+                                 f'with torch.save\n')
+    with tarfile.open(tmp_path / 'old.pth', 'w') as archive:  # torch < 0.4's layout, which torch.load reads
+        for name in ('sys_info', 'pickle', 'storages', 'tensors'):  # with weights_only=False only
+            archive.addfile(tarfile.TarInfo(name))
+    code, _, err = _cli(capsys, 'export', '--checkpoint', tmp_path / 'old.pth', '--out', tmp_path / 'o')
+    assert code == 2 and err == (f'timm-ext export: error: {tmp_path / "old.pth"} is a torch < 0.4 checkpoint (a tar '
+                                 f'archive), which torch.load(weights_only=True) cannot read: in a session you trust, '
+                                 f'load it and save its state_dict() with torch.save\n')
+    torch.save({'state_dict': model.state_dict(), 'arch': 'vit_tiny_cb'}, tmp_path / 'legacy.pth',
+               _use_new_zipfile_serialization=False)
+    code, out, err = _cli(capsys, 'export', '--checkpoint', tmp_path / 'legacy.pth', '--out', tmp_path / 'o',
+                          '--model-kwargs', *[f'{k}={v}' for k, v in SMALL.items()])
+    assert code == 0, err
+    assert torch.equal(load_checkpoint(tmp_path / 'legacy.pth').state_dict['pos_embed'], model.pos_embed)
+
+
+def test_load_checkpoint_reads_safetensors_by_content(tmp_path):
+    """A safetensors file passed under a .pth name is read as safetensors; a torch.save file named .safetensors
+    as a torch checkpoint: the bytes decide, not the name."""
+    from safetensors.torch import save_file
+    model = _small()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp_path / 'weights.pth')
+    assert torch.equal(load_checkpoint(tmp_path / 'weights.pth').state_dict['pos_embed'], model.pos_embed)
+    with pytest.raises(HubError, match=r'weights\.pth is a safetensors file, .*drop --ema'):
+        load_checkpoint(tmp_path / 'weights.pth', use_ema=True)
+    torch.save({'state_dict': model.state_dict(), 'arch': 'vit_tiny_cb'}, tmp_path / 'misnamed.safetensors')
+    assert load_checkpoint(tmp_path / 'misnamed.safetensors').arch == 'vit_tiny_cb'
 
 
 def test_load_checkpoint_safetensors(tmp_path):
@@ -195,6 +283,23 @@ def test_export_writes_safetensors_config_and_card(tmp_path):
     assert 'import timm_ext' in card and 'arxiv.org/abs/2210.08457' in card and 'hyeonwoo2023scratching' in card
     params = sum(p.numel() for p in model.parameters())  # parameters, not buffers
     assert f'**Parameters (M):** {params / 1e6:.2f}' in card
+
+
+@pytest.fixture(params=[0o022, 0o027])
+def umask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def test_export_files_take_the_umask(tmp_path, umask):
+    """model.safetensors gets the mode every other new file gets (safetensors itself writes 0600)."""
+    out = _export(_small(), tmp_path / 'out')
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert modes == dict.fromkeys(['README.md', 'config.json', 'model.safetensors'], 0o666 & ~umask)
+    assert modes['model.safetensors'] == {0o022: 0o644, 0o027: 0o640}[umask]
+    save_safetensors({'w': torch.ones(2)}, tmp_path / 'converted.safetensors')  # `timm-ext convert` writes with it
+    assert (tmp_path / 'converted.safetensors').stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_export_keeps_nothing_of_the_source_weights(tmp_path):
@@ -415,10 +520,7 @@ def test_push_refuses_before_any_upload(tmp_path, fake_api):
 
 # --- the command line -------------------------------------------------------------------------------
 
-def _cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+_cli = run_cli
 
 
 def test_cli_export_from_a_train_py_checkpoint(tmp_path, capsys, offline):

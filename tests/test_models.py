@@ -17,6 +17,7 @@ from typing import Dict, Tuple
 import pytest
 import timm
 import torch
+from timm.layers import get_channel_dim, get_spatial_dim
 from timm.models import model_entrypoint
 from timm.models._features_fx import get_notrace_functions, get_notrace_modules
 from timm.utils import AttentionExtract
@@ -147,6 +148,79 @@ def test_model_forward_fx_torchscript(contract):
     scripted = torch.jit.script(contract.graph)
     with torch.inference_mode():
         torch.testing.assert_close(_only(scripted(x)), contract.model(x))
+
+
+# every pretrained tag of every model, as timm's test_model_default_cfgs takes list_models(include_tags=True)
+TIMM_EXT_TAGS = timm.list_models(TIMM_EXT_MODELS, include_tags=True)
+# timm's NON_STD_FILTERS that match our names: token outputs, no spatial pool_size (test_model_default_cfgs_non_std)
+_NON_STD = ('vit_*', 'pit_*', '*mixer_*', 'volo_*')
+_STD_TAGS = [n for n in TIMM_EXT_TAGS if not any(fnmatch.fnmatch(n, p) for p in _NON_STD)]
+_NON_STD_TAGS = [n for n in TIMM_EXT_TAGS if n not in _STD_TAGS]
+
+
+def _meta_model(name: str, **kwargs) -> torch.nn.Module:
+    """The model of one pretrained tag on the meta device: timm's cfg checks are about shapes, so no compute."""
+    return timm.create_model(name, pretrained=False, device='meta', **kwargs).eval()
+
+
+def _check_cfg_layer_names(name: str, model: torch.nn.Module) -> None:
+    """timm's check that the cfg's classifier and first_conv name parameters of the model."""
+    cfg, state_dict = model.pretrained_cfg, model.state_dict()
+    if cfg.get('num_classes'):
+        classifier = cfg['classifier']
+        for c in classifier if isinstance(classifier, (tuple, list)) else (classifier,):
+            assert c + '.weight' in state_dict, f'{name}: classifier {c} not in model params'
+    first_conv = cfg['first_conv']
+    for c in (first_conv,) if isinstance(first_conv, str) else first_conv:
+        assert c + '.weight' in state_dict, f'{name}: first_conv {c} not in model params'
+
+
+def test_default_cfg_tags_are_split_as_timm_splits_them():
+    assert len(TIMM_EXT_TAGS) >= len(TIMM_EXT_MODELS) and 'resnet50_cifar.hdvw_cifar100' in TIMM_EXT_TAGS
+    assert {n.split('.')[0] for n in _STD_TAGS} == (
+        set(timm.list_models('alternet_*')) | {'resnet50_cifar', 'swin_tiny_patch1_window4_32'})
+
+
+@pytest.mark.parametrize('name', _STD_TAGS)
+def test_model_default_cfgs(name):
+    """timm's test_model_default_cfgs: the unpooled features are ``pool_size`` at the cfg's input size, with and
+    without the classifier and the global pool; every spatial model's cfg must state its pool_size."""
+    model = _meta_model(name)
+    cfg = model.pretrained_cfg
+    pool_size = cfg.get('pool_size')
+    assert pool_size, f'{name}: the pretrained cfg has no pool_size (the feature map at input_size {cfg["input_size"]})'
+    assert model.num_classes >= 0 and model.num_features > 0 and model.head_hidden_size > 0
+    output_fmt = getattr(model, 'output_fmt', 'NCHW')
+    spatial, feat = get_spatial_dim(output_fmt), get_channel_dim(output_fmt)
+    x = torch.empty(1, *cfg['input_size'], device='meta')
+    features = model.forward_features(x)
+    pre_logits = model.forward_head(features, pre_logits=True)
+    assert (features.shape[spatial[0]], features.shape[spatial[1]]) == tuple(pool_size)
+    assert features.shape[feat] == model.num_features and pre_logits.shape[1] == model.head_hidden_size
+    model.reset_classifier(0)
+    assert model.num_classes == 0 and model(x).shape == pre_logits.shape
+    model.reset_classifier(0, '')
+    unpooled = model(x)
+    assert unpooled.ndim == 4 and (unpooled.shape[spatial[0]], unpooled.shape[spatial[1]]) == tuple(pool_size)
+    unpooled = _meta_model(name, num_classes=0, global_pool='')(x)
+    assert unpooled.ndim == 4 and (unpooled.shape[spatial[0]], unpooled.shape[spatial[1]]) == tuple(pool_size)
+    _check_cfg_layer_names(name, _meta_model(name))
+
+
+@pytest.mark.parametrize('name', _NON_STD_TAGS)
+def test_model_default_cfgs_non_std(name):
+    """timm's test_model_default_cfgs_non_std: token models give num_features wide features and pre-logits."""
+    model = _meta_model(name)
+    assert model.num_classes >= 0 and model.num_features > 0 and model.head_hidden_size > 0
+    x = torch.empty(1, *model.pretrained_cfg['input_size'], device='meta')
+    features = model.forward_features(x)
+    pre_logits = model.forward_head(features, pre_logits=True)
+    assert features.shape[-1 if features.ndim == 3 else 1] == model.num_features
+    assert pre_logits.shape[1] == model.head_hidden_size
+    model.reset_classifier(0)
+    assert model.num_classes == 0 and model(x).shape == pre_logits.shape
+    assert _meta_model(name, num_classes=0)(x).shape[1] == model.num_features
+    _check_cfg_layer_names(name, _meta_model(name))
 
 
 @pytest.mark.parametrize('name', TIMM_EXT_MODELS)

@@ -18,10 +18,17 @@ import numpy as np
 import pytest
 import timm
 import yaml
+from _cli import run_cli
 from test_recipes import _TRAIN_PY_TOO_NEW, REPO, TRAIN_PY, _make_image_folder
 
-from timm_ext.cli import main as cli_main
-from timm_ext.recipes import INDEX_MARKERS, build_index, load_paper_values, load_recipe, recipes_dir
+from timm_ext.recipes import (
+    INDEX_MARKERS,
+    build_index,
+    format_recipe_table,
+    load_paper_values,
+    load_recipe,
+    recipes_dir,
+)
 
 # Runs inside train.py (which runs as __main__): wraps the names train.py imported from timm to note what
 # it builds from the recipe; torchvision's CIFAR md5 check is turned off for the generated pickles.
@@ -274,9 +281,7 @@ def test_scaled_relu_imagenet_recipe_runs_sam_on_the_conv_stem(tmp_path):
 # --- the `timm-ext recipes` actions over the paper recipes ----------------------------------------
 
 def _cli(capsys, *argv: str) -> List:
-    code = cli_main(list(argv))
-    out, err = capsys.readouterr()
-    return [code, out, err]
+    return list(run_cli(capsys, *argv))
 
 
 def test_recipes_list_is_the_index_as_a_table(capsys):
@@ -289,6 +294,75 @@ def test_recipes_list_is_the_index_as_a_table(capsys):
     assert len(lines) == 1 + len(list((REPO / 'recipes').rglob('*.yaml')))
     code, out, _ = _cli(capsys, 'recipes', 'list', '--names')
     assert code == 0 and out.split() == sorted(out.split()) and 'how-do-vits-work/cifar100/alternet_50' in out.split()
+
+
+_LONG = {'recipe': 'paper/ds/a_long_recipe_name_x', 'table': 'Table 12', 'row': 'A row description that is long',
+         'model': 'vit_base_patch16_224.tag', 'global_batch': '512', 'expected_top1': '80.1'}
+
+
+@pytest.mark.parametrize('width, header, row', [
+    (None, 'recipe                         table     row                             model                     '
+           'batch  top1',
+     'paper/ds/a_long_recipe_name_x  Table 12  A row description that is long  vit_base_patch16_224.tag  512    80.1'),
+    (100, 'recipe                         table     row                   model                     batch  top1',
+     'paper/ds/a_long_recipe_name_x  Table 12  A row description...  vit_base_patch16_224.tag  512    80.1'),
+    (90, 'recipe                         table     model                     batch  top1',
+     'paper/ds/a_long_recipe_name_x  Table 12  vit_base_patch16_224.tag  512    80.1'),
+    (60, 'recipe                         model             batch  top1',
+     'paper/ds/a_long_recipe_name_x  vit_bas...24.tag  512    80.1'),
+])
+def test_format_recipe_table_narrows_to_a_width(width, header, row):
+    """The paper row shortens first, then it and the table go; then the model shortens in its middle."""
+    lines = format_recipe_table([_LONG, {'recipe': 'p/d/b'}], width).splitlines()
+    assert lines == [header, row, 'p/d/b'] and max(map(len, lines)) <= (width or 110)
+
+
+def test_recipes_list_fits_a_100_column_terminal(capsys, monkeypatch):
+    """On a terminal 100 columns wide every line fits and every recipe name stays whole; --wide gives the table
+    a pipe gets."""
+    monkeypatch.setenv('COLUMNS', '100')
+    _, piped, _ = _cli(capsys, 'recipes', 'list')
+    monkeypatch.setattr(sys.stdout, 'isatty', lambda: True)
+    code, out, err = _cli(capsys, 'recipes', 'list')
+    lines = out.splitlines()
+    assert code == 0 and max(map(len, lines)) <= 100 < max(map(len, piped.splitlines()))
+    assert lines[0].split() == ['recipe', 'model', 'batch', 'top1'] and len(lines) == len(piped.splitlines())
+    assert [line.split()[0] for line in lines[1:]] == [line.split()[0] for line in piped.splitlines()[1:]]
+    row = next(line for line in lines if line.startswith('vit-sam/cifar10/vit_b16_sam_finetune '))
+    assert row.split() == ['vit-sam/cifar10/vit_b16_sam_finetune', 'vit_base_pa...4.sam_in1k', '512', '98.6']
+    assert err == '(fitted to 100 columns: `timm-ext recipes list --wide` shows every column whole)\n'
+    code, out, err = _cli(capsys, 'recipes', 'list', '--wide')
+    assert (code, out, err) == (0, piped, '')
+
+
+@pytest.mark.skipif(sys.platform == 'win32', reason='needs a pseudo-terminal')
+def test_recipes_list_in_a_real_terminal(tmp_path):
+    """A pseudo-terminal 100 columns wide (no COLUMNS variable): the command reads its width from the terminal."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack('HHHH', 40, 100, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ('COLUMNS', 'LINES')}
+    with open(tmp_path / 'err', 'w') as err:
+        proc = subprocess.run([sys.executable, '-m', 'timm_ext', 'recipes', 'list'], stdout=child_fd, stderr=err,
+                              env=env, timeout=120)
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # EIO: the terminal is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main_fd)
+    lines = b''.join(chunks).decode().replace('\r\n', '\n').splitlines()
+    assert proc.returncode == 0 and lines[0].split() == ['recipe', 'model', 'batch', 'top1']
+    assert len(lines) == 1 + len(list((REPO / 'recipes').rglob('*.yaml'))) and max(map(len, lines)) == 100
+    assert (tmp_path / 'err').read_text().startswith('(fitted to 100 columns')
 
 
 def test_recipes_index_prints_and_writes(capsys, tmp_path, monkeypatch):

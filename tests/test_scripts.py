@@ -6,6 +6,7 @@ they do not depend on timm's real files; the shipped table is checked against th
 """
 import hashlib
 import os
+import stat
 import urllib.error
 from pathlib import Path
 
@@ -81,9 +82,10 @@ def test_shipped_table_matches_real_scripts(tag):
 
 def test_explicit_file_of_the_installed_release(tmp_path, fake_table):
     path = fake_table(tmp_path / 'timm', 'v1.0.28')
-    script = find_script('train.py', path=path, timm_version='1.0.28')
+    script = find_script('train.py', path=path, timm_version='1.0.28', remember=False)
     assert (script.path, script.tag, script.source, script.notes) == (path, 'v1.0.28', '--timm-train', ())
     assert script.sha256 == _sha(FAKE[2][1]) and not script.patched
+    assert not (tmp_path / 'cache').exists()  # remember=False writes nothing
 
 
 def test_explicit_folder_gives_the_named_script(tmp_path, fake_table):
@@ -94,9 +96,10 @@ def test_explicit_folder_gives_the_named_script(tmp_path, fake_table):
 
 def test_older_release_runs_on_newer_timm_with_a_note(tmp_path, fake_table):
     path = fake_table(tmp_path / 'timm', 'v1.0.28')
-    script = find_script('train.py', path=path, timm_version='1.0.31')
+    script = find_script('train.py', path=path, timm_version='1.0.31', remember=False)
     assert script.tag == 'v1.0.28'  # the newest of v1.0.27/v1.0.28, which share train.py
-    assert len(script.notes) == 1 and 'v1.0.28' in script.notes[0] and '1.0.31' in script.notes[0]
+    assert script.notes == ("using train.py of v1.0.28 with timm 1.0.31 (a release's script runs on later timm "
+                            "releases)",)
 
 
 def test_script_newer_than_timm_is_refused_naming_its_tag(tmp_path, fake_table):
@@ -169,6 +172,18 @@ def test_download_is_verified_cached_and_reused(tmp_path, fake_table, monkeypatc
     assert (again.path, again.source, len(urls)) == (cached, 'cache', 1)
 
 
+@pytest.mark.parametrize('mask', [0o022, 0o027])
+def test_downloaded_script_takes_the_umask(tmp_path, fake_table, monkeypatch, mask):
+    """The cached download gets a new file's mode, not the 0600 of the temporary file it was written to."""
+    monkeypatch.setattr(scripts, 'fetch_url', lambda url, timeout=30.0: FAKE[2][2].encode())
+    old = os.umask(mask)
+    try:
+        script = find_script('validate.py', timm_version='1.0.28')
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(script.path.stat().st_mode) == 0o666 & ~mask
+
+
 def test_download_with_wrong_digest_is_not_saved(tmp_path, fake_table, monkeypatch):
     monkeypatch.setattr(scripts, 'fetch_url', lambda url, timeout=30.0: b'print("tampered")\n')
     with pytest.raises(ScriptError, match=r'downloaded from https://\S+/v1.0.28/train.py has sha256 .* not saved'):
@@ -216,6 +231,162 @@ def test_timm_newer_than_the_table_takes_the_newest_verified_release(tmp_path, f
 def test_timm_older_than_the_table(fake_table):
     with pytest.raises(ScriptError, match=r'timm 1.0.14 is older than every timm release .*v1.0.22..v1.0.28'):
         find_script('train.py', timm_version='1.0.14')
+
+
+# --- a file given once is remembered in the cache ------------------------------------------------
+
+def _cached(tmp_path, tag, name='train.py'):
+    return tmp_path / 'cache' / 'timm-train' / tag / name
+
+
+def test_given_file_is_cached_once_and_found_without_the_flag(tmp_path, fake_table):
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    script = find_script('train.py', path=path, timm_version='1.0.31')
+    target = _cached(tmp_path, 'v1.0.28')
+    assert (script.path, script.source, script.tag) == (path, '--timm-train', 'v1.0.28')  # runs the given file
+    assert script.notes[-1] == (f'cached train.py of v1.0.28 as {target}: later commands find it there '
+                                f'without --timm-train')
+    assert target.read_text() == FAKE[2][1] and not list(target.parent.glob('.*'))  # no temporary file left
+    assert target.stat().st_mode == path.stat().st_mode
+    # the next command, without the flag and without network (fetch_url fails the test), takes the cached copy
+    again = find_script('train.py', timm_version='1.0.31')
+    assert (again.path, again.source, again.tag) == (target, 'cache', 'v1.0.28')
+    assert not any('cached' in note for note in again.notes)
+    # giving the same file again: already there, nothing written, nothing said
+    mtime = target.stat().st_mtime_ns
+    third = find_script('train.py', path=path, timm_version='1.0.31')
+    assert not any('cache' in note for note in third.notes) and target.stat().st_mtime_ns == mtime
+
+
+def test_env_file_is_cached_with_its_validate_py(tmp_path, fake_table, monkeypatch):
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    monkeypatch.setenv('TIMM_EXT_TIMM_TRAIN', str(path))
+    validate = find_script('validate.py', timm_version='1.0.28')
+    target = _cached(tmp_path, 'v1.0.28', 'validate.py')
+    assert validate.notes == (f'cached validate.py of v1.0.28 as {target}: later commands find it there '
+                              f'without $TIMM_EXT_TIMM_TRAIN',)
+    assert target.read_text() == FAKE[2][2]
+    monkeypatch.delenv('TIMM_EXT_TIMM_TRAIN')
+    assert find_script('validate.py', timm_version='1.0.28').path == target
+
+
+def test_a_different_cached_file_is_never_overwritten(tmp_path, fake_table):
+    target = _cached(tmp_path, 'v1.0.28')
+    target.parent.mkdir(parents=True)
+    target.write_text('print("my own edits")\n')
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    script = find_script('train.py', path=path, timm_version='1.0.28')
+    assert script.path == path and target.read_text() == 'print("my own edits")\n'
+    assert script.notes == (f'did not cache train.py of v1.0.28: {target} already holds another file, left as '
+                            f'it is (later commands without --timm-train use it; delete it to cache this one)',)
+
+
+def test_a_file_written_meanwhile_by_another_process_is_kept(tmp_path, fake_table, monkeypatch):
+    target = _cached(tmp_path, 'v1.0.28')
+    real_link = os.link
+
+    def racing_link(src, dst):  # another process saves a different file between the check and the link
+        Path(dst).write_text('print("the other process")\n')
+        return real_link(src, dst)
+
+    monkeypatch.setattr(os, 'link', racing_link)
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    script = find_script('train.py', path=path, timm_version='1.0.28')
+    assert target.read_text() == 'print("the other process")\n' and 'did not cache' in script.notes[-1]
+    assert sorted(p.name for p in target.parent.iterdir()) == ['train.py']
+
+
+def test_without_hard_links_the_copy_is_moved_in_place(tmp_path, fake_table, monkeypatch):
+    def no_links(src, dst):
+        raise PermissionError(1, 'Operation not permitted')
+
+    monkeypatch.setattr(os, 'link', no_links)
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    script = find_script('train.py', path=path, timm_version='1.0.28')
+    target = _cached(tmp_path, 'v1.0.28')
+    assert target.read_text() == FAKE[2][1] and script.notes[-1].startswith('cached train.py of v1.0.28 as ')
+    assert sorted(p.name for p in target.parent.iterdir()) == ['train.py']
+
+
+def test_unwritable_cache_is_a_note_not_an_error(tmp_path, fake_table, monkeypatch):
+    (tmp_path / 'cache').write_text('a file where the cache folder should be\n')
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    script = find_script('train.py', path=path, timm_version='1.0.28')
+    assert script.path == path and script.notes[-1].startswith('could not cache train.py of v1.0.28 as ')
+    assert script.notes[-1].endswith('--timm-train stays needed')
+
+
+def test_unknown_and_unverified_files_are_not_cached(tmp_path, fake_table):
+    path = tmp_path / 'train.py'
+    path.write_text('print("edited")\n')
+    script = find_script('train.py', path=path, timm_version='1.0.28', allow_unverified=True)
+    assert script.tag is None and len(script.notes) == 1  # only "running an unverified train.py"
+    # a known file newer than the installed timm, run only because of --allow-unverified
+    newer = fake_table(tmp_path / 'timm', 'v1.0.28')
+    script = find_script('validate.py', path=newer.parent, timm_version='1.0.27', allow_unverified=True)
+    assert script.tag == 'v1.0.28' and len(script.notes) == 1
+    assert not (tmp_path / 'cache').exists()
+
+
+def test_older_release_than_the_cache_looks_for_is_not_claimed_remembered(tmp_path, fake_table):
+    path = fake_table(tmp_path / 'timm', 'v1.0.27')  # validate.py of v1.0.27; timm 1.0.31 looks for v1.0.28's
+    script = find_script('validate.py', path=path.parent, timm_version='1.0.31')
+    assert script.tag == 'v1.0.27' and not (tmp_path / 'cache').exists()
+    assert script.notes[-1] == (
+        f'validate.py of v1.0.27 is not cached: without --timm-validate, timm 1.0.31 looks for the validate.py of '
+        f'v1.0.28 ({_cached(tmp_path, "v1.0.28", "validate.py")})')
+
+
+def test_release_without_task_api_is_cached_and_patched_from_the_cache(tmp_path, fake_table, monkeypatch):
+    import timm_ext.script_patches as script_patches
+    sources = []
+
+    def patch_script(src, dst):
+        sources.append(Path(src))
+        Path(dst).write_text(Path(src).read_text() + '# patched\n')
+
+    monkeypatch.setattr(script_patches, 'patch_script', patch_script)
+    path = fake_table(tmp_path / 'timm', 'v1.0.22')
+    first = find_script('train.py', path=path, timm_version='1.0.22')
+    patched = _cached(tmp_path, 'v1.0.22', 'train_patched.py')
+    assert first.path == patched and first.original == path and 'cached train.py of v1.0.22' in first.notes[0]
+    again = find_script('train.py', timm_version='1.0.22')  # no flag: the cached original, patched again
+    assert (again.path, again.original, again.source) == (patched, _cached(tmp_path, 'v1.0.22'), 'cache')
+    assert sources == [path, _cached(tmp_path, 'v1.0.22')] and patched.read_text() == FAKE[0][1] + '# patched\n'
+
+
+def test_the_cli_prints_what_was_cached(tmp_path, fake_table, monkeypatch, capsys):
+    from timm_ext.cli._scripts import resolve_script
+
+    monkeypatch.setattr('timm.__version__', '1.0.28')
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    resolve_script('train.py', str(path), allow_unverified=False)
+    target = _cached(tmp_path, 'v1.0.28')
+    assert capsys.readouterr().err == (f'timm-ext: note: cached train.py of v1.0.28 as {target}: later commands '
+                                       f'find it there without --timm-train\n')
+    assert resolve_script('train.py', None, allow_unverified=False).path == target
+    assert capsys.readouterr().err == ''
+
+
+# --- where a file would come from, without fetching it -------------------------------------------
+
+def test_locate_script_reports_without_downloading_or_writing(tmp_path, fake_table, monkeypatch):
+    location = scripts.locate_script('train.py', timm_version='1.0.31')
+    target = _cached(tmp_path, 'v1.0.28')
+    assert (location.source, location.path, location.tag, location.script) == ('download', target, 'v1.0.28', None)
+    assert location.url == SCRIPT_URL.format(tag='v1.0.28', name='train.py')
+    assert 'no sha256 for timm 1.0.31' in location.notes[0]
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    given = scripts.locate_script('train.py', path=path, timm_version='1.0.31')
+    assert (given.source, given.path, given.tag, given.url) == ('--timm-train', path, 'v1.0.28', None)
+    assert given.script.sha256 == _sha(FAKE[2][1]) and not (tmp_path / 'cache').exists()
+    target.parent.mkdir(parents=True)
+    target.write_text(FAKE[2][1])
+    cached = scripts.locate_script('train.py', timm_version='1.0.31')
+    assert (cached.source, cached.script.path, cached.url) == ('cache', target, None)
+    path.write_text('print("edited")\n')
+    with pytest.raises(ScriptError, match=r'^--timm-train \S+train.py: its sha256 '):
+        scripts.locate_script('train.py', path=path, timm_version='1.0.31')
 
 
 # --- train.py without the task API: the patched copy ---------------------------------------------

@@ -4,8 +4,12 @@
 with timm's optimizer factory. Importing is cheap: it only defines classes and
 registers entrypoints; nothing is built, downloaded or compiled.
 """
+from timm_ext._torchvision import require_loadable_torchvision
+
+require_loadable_torchvision()  # timm imports torchvision: one line that names the fix, not timm's traceback
+
 # importing `models` registers the models with timm; `optim` registers SAM with timm's optimizer factory
-from timm_ext import layers, models, optim
-from timm_ext.version import __version__
+from timm_ext import layers, models, optim  # noqa: E402
+from timm_ext.version import __version__  # noqa: E402
 
 __all__ = ['__version__', 'layers', 'models', 'optim']

@@ -6,6 +6,9 @@ the data is inside the scikit-learn wheel. :func:`digits_image_folder` writes it
 in timm's ImageFolder layout (``<root>/train/<class>/*.png``, ``<root>/validation/<class>/*.png``),
 so that timm's train.py reads it through its real data pipeline.
 
+:func:`digits_tuning_folder` splits the *training* images of that split once more, into
+``train/`` and ``heldout/``, so settings can be chosen without ever looking at ``validation/``.
+
 The split is stratified and fixed by a seed, the images are upsampled with bilinear interpolation
 to ``size`` pixels and stored as RGB (train.py's ImageFolder reader converts to RGB anyway). The
 folder is written under a temporary name and renamed into place when complete, so an interrupted
@@ -16,11 +19,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 import numpy as np
 
-__all__ = ['DIGITS_CLASSES', 'default_cache_dir', 'digits_image_folder', 'load_digits_arrays']
+from timm_ext._files import user_dir_mode
+
+__all__ = ['DIGITS_CLASSES', 'default_cache_dir', 'digits_image_folder', 'digits_tuning_folder', 'load_digits_arrays']
 
 DIGITS_CLASSES = tuple(str(i) for i in range(10))
 _MARKER = 'timm_ext_digits.json'
@@ -92,6 +97,31 @@ def _write_folder(root: Path, size: int, val_fraction: float, seed: int) -> Dict
     return meta
 
 
+def _written_once(target: Path, what: str, write: Callable[[Path], Dict[str, object]]) -> Path:
+    """``target``, written by ``write`` into a temporary folder renamed into place when complete, or reused."""
+    meta = _read_marker(target)
+    if meta is not None and meta.get('format_version') == _FORMAT_VERSION:
+        return target
+    if target.exists():
+        raise FileExistsError(
+            f'{target} exists but is not a complete timm-ext {what} (no valid {_MARKER}); '
+            f'move it away or pass another root=')
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix='.digits_tmp_', dir=target.parent))
+    try:
+        os.chmod(tmp, user_dir_mode())  # a new folder's mode, not mkdtemp's 0700
+        write(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if _read_marker(target) is None:  # another process did not finish it either
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def digits_image_folder(
         root: Optional[Union[str, Path]] = None,
         size: int = 32,
@@ -112,23 +142,54 @@ def digits_image_folder(
     _check_args(size, val_fraction, seed)
     parent = Path(root).expanduser() if root is not None else default_cache_dir() / 'data'
     target = parent / f'digits_{size}px_val{val_fraction:g}_seed{seed}'
-    meta = _read_marker(target)
-    if meta is not None and meta.get('format_version') == _FORMAT_VERSION:
-        return target
-    if target.exists():
-        raise FileExistsError(
-            f'{target} exists but is not a complete timm-ext digits folder (no valid {_MARKER}); '
-            f'move it away or pass another root=')
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix='.digits_tmp_', dir=parent))
-    try:
-        _write_folder(tmp, size, val_fraction, seed)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if _read_marker(target) is None:  # another process did not finish it either
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return _written_once(target, 'digits folder', lambda tmp: _write_folder(tmp, size, val_fraction, seed))
+
+
+def _write_tuning_folder(
+        root: Path, size: int, val_fraction: float, seed: int, heldout_fraction: float, heldout_seed: int,
+) -> Dict[str, object]:
+    from PIL import Image
+
+    images, labels = load_digits_arrays()
+    train_idx = np.flatnonzero(~_stratified_split(labels, val_fraction, seed))  # validation images never enter
+    is_heldout = _stratified_split(labels[train_idx], heldout_fraction, heldout_seed)
+    counts = {'train': 0, 'heldout': 0}
+    for idx, heldout in zip(train_idx, is_heldout):
+        split = 'heldout' if heldout else 'train'
+        folder = root / split / DIGITS_CLASSES[labels[idx]]
+        folder.mkdir(parents=True, exist_ok=True)
+        pil = Image.fromarray(images[idx], mode='L').resize((size, size), Image.BILINEAR).convert('RGB')
+        pil.save(folder / f'{idx:04d}.png')  # the same file name as in digits_image_folder's train/
+        counts[split] += 1
+    meta = dict(
+        format_version=_FORMAT_VERSION, source='sklearn.datasets.load_digits', size=size,
+        val_fraction=val_fraction, seed=seed, heldout_fraction=heldout_fraction, heldout_seed=heldout_seed,
+        num_classes=len(DIGITS_CLASSES), counts=counts)
+    (root / _MARKER).write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def digits_tuning_folder(
+        root: Optional[Union[str, Path]] = None,
+        size: int = 32,
+        val_fraction: float = 0.2,
+        seed: int = 0,
+        heldout_fraction: float = 0.2,
+        heldout_seed: int = 1,
+) -> Path:
+    """A tuning split made of the training images only: ``train/`` and ``heldout/`` (written once, then reused).
+
+    The images of :func:`digits_image_folder`'s ``train/`` (same ``size``, ``val_fraction`` and
+    ``seed``) are split again, stratified, ``heldout_fraction`` of each class into ``heldout/``; no
+    image of its ``validation/`` is ever written here. Pass the folder to train.py with
+    ``--val-split heldout`` to compare settings without touching the validation images.
+    """
+    _check_args(size, val_fraction, seed)
+    if not isinstance(heldout_fraction, float) or not 0.0 < heldout_fraction < 1.0:
+        raise ValueError(f'heldout_fraction must be a float in (0, 1), got heldout_fraction={heldout_fraction!r}')
+    if not isinstance(heldout_seed, int) or isinstance(heldout_seed, bool):
+        raise ValueError(f'heldout_seed must be an int, got heldout_seed={heldout_seed!r}')
+    parent = Path(root).expanduser() if root is not None else default_cache_dir() / 'data'
+    target = parent / f'digits_{size}px_val{val_fraction:g}_seed{seed}_heldout{heldout_fraction:g}_seed{heldout_seed}'
+    return _written_once(target, 'digits tuning folder', lambda tmp: _write_tuning_folder(
+        tmp, size, val_fraction, seed, heldout_fraction, heldout_seed))

@@ -1,68 +1,81 @@
-"""The demo: Context Broadcasting + SAM against a plain ViT + AdamW, on real images, through timm's train.py.
+"""The demo: what timm-ext's pieces bring to a small ViT on real images, trained by timm's own train.py.
 
-What it shows is the pipeline end to end, not a paper result: scikit-learn's 1,797 real handwritten
-digits (:mod:`timm_ext.data`) are written once as an ImageFolder, then timm's own train.py (found
-and verified by :mod:`timm_ext.training`) trains two runs with the same budget and the same data:
+scikit-learn's 1,797 real handwritten digits (:mod:`timm_ext.data`) are written once as a 16 px
+ImageFolder, then timm's train.py (found and verified by :mod:`timm_ext.training`) trains every run
+with the same data, epochs, schedule and seed; only the model and the optimizer differ:
 
-* ``cb_sam``: ``vit_tiny_cb`` (Context Broadcasting in the upper half of the blocks) with ``samadamw``;
-* ``baseline``: timm's ``vit_tiny_patch16_224`` (no CB) with ``adamw``.
+* ``vit``: timm's own ``vit_tiny_patch16_224`` with ``adamw``, the plain baseline;
+* ``full``: ``vit_tiny_cb`` with ``stem='conv'`` (the Scaled-ReLU conv stem and Context Broadcasting
+  in the upper half of the blocks) with ``samadamw`` (SAM around AdamW);
+* the full demo adds the one-piece-off ablation: ``no_stem`` (patchify stem), ``no_cb``
+  (``vit_tiny_convstem``, no CB) and ``no_sam`` (AdamW).
 
-Both are shrunk to the data (32 px, patch 4, width 128, depth 4, 4 heads). The settings were
-measured on this data through train.py on 2 CPU cores (``docs/demo.md``): a ViT-Ti (width 192,
-depth 6) at batch 64 stays near chance for several epochs and reaches about 50 % after 8; this
-smaller ViT at batch 16 (89 steps an epoch) passes 80 % top-1 within 10 epochs with AdamW. SAM uses
-rho 0.05, the SAM paper's default radius; at this scale it starts learning about an epoch later than
-AdamW and catches up (rho 0.02 tracks AdamW from the start).
+``--quick`` trains the first two. Every ViT is shrunk to the data with the same kwargs (16 px,
+patch 4: a 4x4 grid of tokens, width 128, depth 4, 4 heads). The runs go two at a time on two
+cores with one torch thread each (:mod:`timm_ext._demo_runner`), longest first. The settings were
+chosen on a held-out part of the *training* images (:func:`timm_ext.data.digits_tuning_folder`),
+never on the validation images (``docs/demo.md``, "Why these settings").
 
 Each run's train.py log, checkpoint and ``summary.csv`` stay in the output folder; the demo reads the
-``summary.csv`` files to make a results table, a plot (validation top-1 and train loss per epoch)
-and ``summary.json``.
+``summary.csv`` files to make a results table, one line per piece (:mod:`timm_ext._demo_report`),
+a plot and ``summary.json``.
 """
-import csv
 import json
 import os
-import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ['DemoRun', 'DemoResult', 'RunResult', 'demo_runs', 'format_table', 'plot_curves', 'run_demo']
+from timm_ext._demo_report import RunResult, contributions, format_table, plot_curves, read_result
 
-DEFAULT_EPOCHS = 10
-QUICK_EPOCHS = 2
-DEFAULT_MODEL = 'vit_tiny_cb'
-DEFAULT_BASELINE = 'vit_tiny_patch16_224'
+__all__ = ['DemoResult', 'DemoRun', 'RunResult', 'contributions', 'demo_runs', 'format_table', 'plot_curves',
+           'run_demo']
+
+DEFAULT_EPOCHS = 6
+QUICK_EPOCHS = 4
 DEMO_RHO = 0.05
-# the ViT, shrunk to 32 px digits: 8x8 patches of 4 px, width 128, 4 blocks of 4 heads
-MODEL_KWARGS = dict(img_size=32, patch_size=4, embed_dim=128, depth=4, num_heads=4)
+IMAGE_SIZE = 16
+# the ViT, shrunk to 16 px digits (the scans are 8x8): 4x4 patches of 4 px, width 128, 4 blocks of 4 heads
+MODEL_KWARGS = dict(img_size=IMAGE_SIZE, patch_size=4, embed_dim=128, depth=4, num_heads=4)
+STEM, CB, SAM = 'conv stem', 'CB', 'SAM'
+PIECES = (STEM, CB, SAM)
 
-# train.py settings shared by both runs; chosen for 1,438 training digits of 32 px on a CPU (docs/demo.md)
+# train.py settings shared by every run; chosen on a held-out part of the training digits (docs/demo.md)
 TRAIN_ARGS = (
-    '--num-classes', '10', '--input-size', '3', '32', '32', '--crop-pct', '1.0',
+    '--num-classes', '10', '--input-size', '3', str(IMAGE_SIZE), str(IMAGE_SIZE), '--crop-pct', '1.0',
     '--mean', '0.5', '0.5', '0.5', '--std', '0.5', '0.5', '0.5', '--interpolation', 'bilinear',
     '--train-interpolation', 'bilinear', '--scale', '0.6', '1.0', '--ratio', '0.8', '1.25',
     '--hflip', '0', '--color-jitter', '0', '--smoothing', '0.1',
     '--batch-size', '16', '--validation-batch-size', '128', '--lr', '1e-3', '--weight-decay', '0.05',
     '--sched', 'cosine', '--sched-on-updates', '--warmup-epochs', '1', '--warmup-lr', '1e-5', '--min-lr', '0',
-    '--workers', '1', '--log-interval', '1000', '--checkpoint-hist', '1', '--seed', '0', '--device', 'cpu',
+    '--workers', '0', '--log-interval', '1000', '--checkpoint-hist', '1', '--seed', '0', '--device', 'cpu',
 )
+# relative time of one epoch: SAM takes two forward-backward passes a step, the conv stem about a fifth more
+_SAM_COST, _STEM_COST = 2.0, 1.2
 
 
-@dataclass
+@dataclass(frozen=True)
 class DemoRun:
-    """One train.py run of the demo: a name, a label for tables and plots, and its arguments."""
+    """One train.py run of the demo: its name, its label, its model and optimizer, and the pieces it has."""
     name: str
     label: str
     model: str
     opt: str
+    pieces: Tuple[str, ...]
+    model_kwargs: Dict[str, Any] = field(default_factory=dict)  # on top of MODEL_KWARGS
     opt_kwargs: Dict[str, Any] = field(default_factory=dict)
 
-    def train_args(self, data_dir: Path, output: Path, epochs: int, model_kwargs: Dict[str, Any]) -> List[str]:
+    @property
+    def cost(self) -> float:
+        return (_SAM_COST if SAM in self.pieces else 1.0) * (_STEM_COST if STEM in self.pieces else 1.0)
+
+    def train_args(self, data_dir: Path, output: Path, epochs: int) -> List[str]:
+        """train.py's arguments: the shared TRAIN_ARGS and MODEL_KWARGS, then this run's model and optimizer."""
         args = [
             '--data-dir', str(data_dir), '--output', str(output), '--experiment', self.name,
             '--model', self.model, '--epochs', str(epochs), '--opt', self.opt, *TRAIN_ARGS,
-            '--model-kwargs', *(f'{k}={v}' for k, v in model_kwargs.items()),
+            '--model-kwargs', *(f'{k}={v}' for k, v in dict(MODEL_KWARGS, **self.model_kwargs).items()),
         ]
         if self.opt_kwargs:
             args += ['--opt-kwargs', *(f'{k}={v}' for k, v in self.opt_kwargs.items())]
@@ -70,154 +83,34 @@ class DemoRun:
 
 
 @dataclass
-class RunResult:
-    """What one run measured, read back from train.py's summary.csv."""
-    name: str
-    label: str
-    epochs: List[int]
-    train_loss: List[float]
-    eval_loss: List[float]
-    eval_top1: List[float]
-    wall_s: float
-    train_images: int
-    folder: str
-
-    @property
-    def top1(self) -> float:
-        return self.eval_top1[-1]
-
-    @property
-    def best_top1(self) -> float:
-        return max(self.eval_top1)
-
-    @property
-    def images_per_s(self) -> float:
-        """Training images per second of wall time, the run's evaluation and start-up included."""
-        return self.train_images * len(self.epochs) / self.wall_s
-
-    def as_dict(self) -> Dict[str, Any]:
-        out = asdict(self)
-        out.update(top1=self.top1, best_top1=self.best_top1, images_per_s=self.images_per_s)
-        return out
-
-
-@dataclass
 class DemoResult:
     output: Path
     runs: List[RunResult]
     table: str
+    contributions: List[str]
     plot: Optional[Path]
     summary: Path
+    wall_s: float
 
 
-def demo_runs(model: str = DEFAULT_MODEL, baseline: str = DEFAULT_BASELINE, rho: float = DEMO_RHO) -> List[DemoRun]:
-    """The two runs the demo compares."""
-    return [
-        DemoRun('cb_sam', f'{model} + SAM (rho {rho:g})', model, 'samadamw', dict(rho=rho)),
-        DemoRun('baseline', f'{baseline} + AdamW', baseline, 'adamw'),
+def demo_runs(quick: bool = False, rho: float = DEMO_RHO) -> List[DemoRun]:
+    """The runs the demo compares: the plain ViT, the ViT with all three pieces, and (not quick) each piece off."""
+    sam = dict(rho=rho)
+    runs = [
+        DemoRun('vit', 'ViT + AdamW', 'vit_tiny_patch16_224', 'adamw', ()),
+        DemoRun('full', 'ViT + conv stem + CB + SAM', 'vit_tiny_cb', 'samadamw', PIECES, dict(stem='conv'), sam),
     ]
-
-
-def _read_summary(path: Path) -> List[Dict[str, float]]:
-    try:
-        with open(path, newline='') as f:
-            return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
-    except (OSError, ValueError):
-        return []
-
-
-def _log_tail(path: Path, lines: int = 8) -> str:
-    try:
-        text = path.read_text(errors='replace').strip().splitlines()
-    except OSError:
-        return ''
-    return '\n'.join(text[-lines:])
+    if not quick:
+        runs += [
+            DemoRun('no_stem', 'ViT + CB + SAM', 'vit_tiny_cb', 'samadamw', (CB, SAM), opt_kwargs=sam),
+            DemoRun('no_cb', 'ViT + conv stem + SAM', 'vit_tiny_convstem', 'samadamw', (STEM, SAM), opt_kwargs=sam),
+            DemoRun('no_sam', 'ViT + conv stem + CB', 'vit_tiny_cb', 'adamw', (STEM, CB), dict(stem='conv')),
+        ]
+    return runs
 
 
 def _count_images(folder: Path) -> int:
     return sum(1 for p in folder.rglob('*') if p.suffix.lower() in ('.png', '.jpg', '.jpeg'))
-
-
-def _run_one(
-        run: DemoRun,
-        cmd: Sequence[str],
-        env: Dict[str, str],
-        run_dir: Path,
-        log_path: Path,
-        on_epoch: Callable[[int], None],
-        poll_s: float = 0.5,
-) -> float:
-    """Run train.py for ``run``, its output to ``log_path``; calls ``on_epoch`` per epoch in ``run_dir/summary.csv``."""
-    summary = run_dir / 'summary.csv'
-    done = 0
-    start = time.perf_counter()
-    with open(log_path, 'w') as log:
-        child = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            while True:
-                code = child.poll()
-                rows = len(_read_summary(summary))
-                if rows > done:
-                    on_epoch(rows - done)
-                    done = rows
-                if code is not None:
-                    break
-                time.sleep(poll_s)
-        except BaseException:
-            child.terminate()
-            child.wait()
-            raise
-    wall = time.perf_counter() - start
-    if code != 0:
-        raise RuntimeError(
-            f'train.py failed for the demo run {run.name!r} (exit code {code}); its log is {log_path}:\n'
-            f'{_log_tail(log_path)}')
-    return wall
-
-
-def _result(run: DemoRun, run_dir: Path, wall: float, train_images: int) -> RunResult:
-    rows = _read_summary(run_dir / 'summary.csv')
-    if not rows:
-        raise RuntimeError(f'train.py wrote no epochs to {run_dir / "summary.csv"} for the demo run {run.name!r}')
-    return RunResult(
-        name=run.name, label=run.label, epochs=[int(r['epoch']) + 1 for r in rows],
-        train_loss=[r['train_loss'] for r in rows], eval_loss=[r['eval_loss'] for r in rows],
-        eval_top1=[r['eval_top1'] for r in rows], wall_s=wall, train_images=train_images, folder=str(run_dir))
-
-
-def format_table(runs: Sequence[RunResult]) -> str:
-    """A Markdown table: final and best top-1, final losses, wall time and throughput per run."""
-    head = '| run | epochs | top-1 (last) | top-1 (best) | train loss | val loss | wall time | img/s |'
-    rows = [head, '|---|---|---|---|---|---|---|---|']
-    for r in runs:
-        rows.append(
-            f'| {r.label} | {len(r.epochs)} | {r.top1:.1f} % | {r.best_top1:.1f} % | {r.train_loss[-1]:.3f} | '
-            f'{r.eval_loss[-1]:.3f} | {r.wall_s:.0f} s | {r.images_per_s:.0f} |')
-    return '\n'.join(rows)
-
-
-def plot_curves(runs: Sequence[RunResult], path: Path) -> Path:
-    """Validation top-1 and train loss per epoch, one line per run (matplotlib, Agg backend)."""
-    import matplotlib
-    matplotlib.use('Agg', force=True)
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    fig, (ax_top1, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
-    for r in runs:
-        ax_top1.plot(r.epochs, r.eval_top1, marker='o', label=r.label)
-        ax_loss.plot(r.epochs, r.train_loss, marker='o', label=r.label)
-    ax_top1.axhline(10.0, color='grey', linestyle=':', label='chance (10 classes)')
-    ax_top1.set(xlabel='epoch', ylabel='validation top-1 (%)', title='Digits, validation top-1', ylim=(0, 100))
-    ax_loss.set(xlabel='epoch', ylabel='train loss', title='Digits, train loss')
-    for ax in (ax_top1, ax_loss):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def _choose_output_dir(output: Optional[os.PathLike]) -> Path:
@@ -236,47 +129,79 @@ def _choose_output_dir(output: Optional[os.PathLike]) -> Path:
     return output
 
 
+def _positive_int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f'{name} must be a positive integer, got {value!r}')
+    return value
+
+
 def run_demo(
         output: Optional[os.PathLike] = None,
         epochs: Optional[int] = None,
         quick: bool = False,
-        model: str = DEFAULT_MODEL,
-        baseline: str = DEFAULT_BASELINE,
         rho: float = DEMO_RHO,
         timm_train: Optional[str] = None,
         data_root: Optional[os.PathLike] = None,
         progress: bool = True,
+        jobs: Optional[int] = None,
+        log: Callable[[str], None] = print,
 ) -> DemoResult:
-    """Train the demo's two runs through timm's train.py and write the table, plot and JSON summary."""
+    """Train the demo's runs through timm's train.py, ``jobs`` at a time, and write the table, plot and summary.
+
+    ``log`` receives the lines printed before training (where the data and the outputs are, how the
+    runs share the cores) and, without ``progress``, one line per finished run.
+    """
+    from timm_ext._demo_runner import Job, available_cores, plan_parallelism, run_jobs
     from timm_ext.data import digits_image_folder
     from timm_ext.training import build_train_command, child_env
 
     if epochs is None:
         epochs = QUICK_EPOCHS if quick else DEFAULT_EPOCHS
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        raise ValueError(f'--epochs must be a positive integer, got {epochs!r}')
+    _positive_int('--epochs', epochs)
+    if jobs is not None:
+        _positive_int('--jobs', jobs)
     if not rho > 0:
         raise ValueError(f'--rho must be > 0, got {rho!r}')
-    runs = demo_runs(model, baseline, rho)
-    data_dir = digits_image_folder(data_root)
-    train_images = _count_images(data_dir / 'train')
+    runs = demo_runs(quick, rho)
+    cores = available_cores()
+    lanes, threads = plan_parallelism(len(runs), cores, jobs)
     out = _choose_output_dir(output)
-    commands = [  # every problem (script, arguments) is found before anything is written or trained
-        build_train_command(run.train_args(data_dir, out, epochs, MODEL_KWARGS), timm_train=timm_train).argv
-        for run in runs]
+    data_dir = digits_image_folder(data_root, size=IMAGE_SIZE)
+    train_images, val_images = _count_images(data_dir / 'train'), _count_images(data_dir / 'validation')
+    first = build_train_command(runs[0].train_args(data_dir, out, epochs), timm_train=timm_train)
+    commands = [first.argv] + [  # every problem (script, arguments) is found before anything is written or trained
+        build_train_command(run.train_args(data_dir, out, epochs), script=first.script).argv for run in runs[1:]]
     out.mkdir(parents=True, exist_ok=True)
-    env = child_env()
+    env = dict(child_env(), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    log(f'data:    {data_dir} ({train_images} training, {val_images} validation images, {IMAGE_SIZE} px)')
+    log(f'output:  {out}')
+    names = ', '.join(r.name for r in runs)
+    log(f'runs:    {len(runs)} train.py runs of {epochs} epoch{"s" if epochs > 1 else ""} ({names}), {lanes} at a '
+        f'time with {threads} torch thread{"s" if threads > 1 else ""} each on {cores} CPU core'
+        f'{"s" if cores > 1 else ""}; logs: {out}{os.sep}<run>.log')
 
+    by_name = {r.name: r for r in runs}
+    todo = [Job(r.name, cmd, out / f'{r.name}.log', out / r.name / 'summary.csv', epochs, r.cost)
+            for r, cmd in zip(runs, commands)]
     from tqdm.auto import tqdm
-    results = []
-    with tqdm(total=epochs * len(runs), unit='epoch', disable=not progress, desc='timm-ext demo') as bar:
-        for run, cmd in zip(runs, commands):
-            run_dir = out / run.name  # train.py creates it (--output out --experiment run.name)
-            bar.set_postfix_str(run.name)
-            wall = _run_one(run, cmd, env, run_dir, out / f'{run.name}.log', bar.update)
-            results.append(_result(run, run_dir, wall, train_images))
+    start = time.perf_counter()
+    reported = set()
+    with tqdm(total=sum(j.epochs for j in todo), disable=not progress, desc='timm-ext demo',
+              bar_format='{desc}: {percentage:3.0f}%|{bar}| {n}/{total} epochs [{elapsed}{postfix}]') as bar:
+        def on_update(state, now):
+            bar.n = state.done_epochs
+            bar.set_postfix_str(state.postfix(now))
+            for name in sorted(set(state.finished) - reported):
+                reported.add(name)
+                if not progress:
+                    log(f'{name}: done in {state.finished[name] - state.started[name]:.0f} s')
+        done = run_jobs(todo, env, lanes, on_update)
+    wall = time.perf_counter() - start
+    results = [read_result(r.name, r.label, r.pieces, out / r.name, done.wall_s(r.name), train_images,
+                           done.cpu_s.get(r.name)) for r in runs]
 
     table = format_table(results)
+    lines = contributions(results, val_images)
     plot = None
     try:
         plot = plot_curves(results, out / 'curves.png')
@@ -284,7 +209,10 @@ def run_demo(
         pass
     summary = out / 'summary.json'
     summary.write_text(json.dumps(dict(
-        data=str(data_dir), train_images=train_images, epochs=epochs, model_kwargs=MODEL_KWARGS,
-        train_args=list(TRAIN_ARGS), runs=[r.as_dict() for r in results], table=table,
-        plot=str(plot) if plot else None), indent=2))
-    return DemoResult(output=out, runs=results, table=table, plot=plot, summary=summary)
+        data=str(data_dir), train_images=train_images, validation_images=val_images, epochs=epochs,
+        model_kwargs=MODEL_KWARGS, train_args=list(TRAIN_ARGS), cores=cores, jobs=lanes, threads_per_run=threads,
+        wall_s=wall, runs=[dict(r.as_dict(), model=by_name[r.name].model, opt=by_name[r.name].opt,
+                               argv=list(cmd)) for r, cmd in zip(results, commands)],
+        table=table, contributions=lines, plot=str(plot) if plot else None), indent=2))
+    return DemoResult(output=out, runs=results, table=table, contributions=lines, plot=plot, summary=summary,
+                      wall_s=wall)

@@ -10,6 +10,10 @@ timm-ext finds them in this order:
 4. a download of the file at the git tag ``v<timm version>`` of huggingface/pytorch-image-models,
    stored in that cache.
 
+A verified file given by path or ``$TIMM_EXT_TIMM_TRAIN`` is copied into that cache when it is the
+release the cache is searched for, so later commands find it without the path (and offline).
+:func:`locate_script` says which file :func:`find_script` would use without downloading or writing.
+
 Every file is checked against a table of sha256 digests shipped with timm-ext (one row per timm
 release, computed from the release tags of timm's repository). A file that is no release's script is
 refused unless ``allow_unverified``. A release's script runs on the same or a later timm (train.py of
@@ -23,6 +27,7 @@ import hashlib
 import os
 import re
 import runpy
+import shutil
 import tempfile
 import urllib.request
 from dataclasses import dataclass, field, replace
@@ -32,10 +37,12 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from packaging.version import InvalidVersion, Version
 
+from timm_ext._files import user_file_mode
+
 __all__ = [
-    'ENV_CACHE', 'ENV_SCRIPT', 'SCRIPT_NAMES', 'SCRIPT_URL', 'ScriptError', 'ScriptRelease', 'TimmScript',
-    'cache_root', 'ddp_passes_device_ids', 'fetch_url', 'find_script', 'load_script_parser', 'release_table',
-    'sha256_of', 'tags_of',
+    'ENV_CACHE', 'ENV_SCRIPT', 'SCRIPT_NAMES', 'SCRIPT_URL', 'ScriptError', 'ScriptLocation', 'ScriptRelease',
+    'TimmScript', 'cache_root', 'ddp_passes_device_ids', 'fetch_url', 'find_script', 'load_script_parser',
+    'locate_script', 'release_table', 'sha256_of', 'tags_of',
 ]
 
 SCRIPT_NAMES = ('train.py', 'validate.py')
@@ -77,6 +84,22 @@ class TimmScript:
     @property
     def patched(self) -> bool:
         return self.path != self.original
+
+
+@dataclass(frozen=True)
+class ScriptLocation:
+    """Which file :func:`find_script` would use, found without downloading, caching or patching anything.
+
+    ``script`` is the verified file, or None when it is not on this machine: then ``url`` is what
+    find_script would download on first use and ``path`` where it would save it.
+    """
+    name: str
+    source: str
+    path: Path
+    tag: Optional[str]
+    script: Optional[TimmScript] = None
+    url: Optional[str] = None
+    notes: Tuple[str, ...] = field(default=())
 
 
 @lru_cache(maxsize=None)
@@ -144,22 +167,56 @@ def find_script(
         allow_unverified: bool = False,
         timm_version: Optional[str] = None,
         patch: bool = True,
+        remember: bool = True,
 ) -> TimmScript:
     """Find timm's ``name`` for the installed timm (explicit path, env, cache, download) and verify it.
 
     ``timm_version`` defaults to the installed one. Raises ScriptError with one line that says why
     and what to do. With ``patch``, a train.py without the task API is replaced by the patched copy.
+    With ``remember``, a file given by ``path`` or ``$TIMM_EXT_TIMM_TRAIN`` is copied into the cache
+    (see :func:`_remembered`), so the next call finds it without either.
     """
     _check_name(name)
     version = _installed_version(timm_version)
-    if path is not None:
-        script = _verified(_in_folder(Path(path), name, _OPTIONS[name]), name, _OPTIONS[name], version,
-                           allow_unverified)
-    elif os.environ.get(ENV_SCRIPT):
-        script = _verified(_from_env(os.environ[ENV_SCRIPT], name), name, ENV_SCRIPT, version, allow_unverified)
+    location = locate_script(name, path, allow_unverified, str(version))
+    if location.script is None:
+        script = _downloaded(location, version, allow_unverified)
+    elif remember and location.source != 'cache':
+        script = _remembered(location.script, version)
     else:
-        script = _cached_or_downloaded(name, version, allow_unverified)
+        script = location.script
     return _with_task_api(script) if patch and name == 'train.py' else script
+
+
+def locate_script(
+        name: str = 'train.py',
+        path: Optional[Union[str, Path]] = None,
+        allow_unverified: bool = False,
+        timm_version: Optional[str] = None,
+) -> ScriptLocation:
+    """Which ``name`` find_script would use (explicit path, env, cache), or what it would download.
+
+    Touches neither the network nor the disk beyond reading the file; raises the same one-line
+    ScriptError as find_script for a file it would refuse (``timm-ext doctor`` reports it).
+    """
+    _check_name(name)
+    version = _installed_version(timm_version)
+    if path is not None or os.environ.get(ENV_SCRIPT):
+        if path is not None:
+            source = _OPTIONS[name]
+            file = _in_folder(Path(path), name, source)
+        else:
+            source = ENV_SCRIPT
+            file = _from_env(os.environ[ENV_SCRIPT], name)
+        script = _verified(file, name, source, version, allow_unverified)
+        return ScriptLocation(name, source, file, script.tag, script=script, notes=script.notes)
+    tag, notes = _wanted_tag(version, allow_unverified)
+    target = cache_root() / tag / name
+    if target.is_file():
+        script = _verified(target, name, 'cache', Version(tag[1:]), allow_unverified)
+        script = replace(script, notes=notes + script.notes)
+        return ScriptLocation(name, 'cache', target, tag, script=script, notes=script.notes)
+    return ScriptLocation(name, 'download', target, tag, url=SCRIPT_URL.format(tag=tag, name=name), notes=notes)
 
 
 def _check_name(name: str) -> None:
@@ -250,13 +307,9 @@ def _wanted_tag(version: Version, allow_unverified: bool) -> Tuple[str, Tuple[st
                        f'using those of {older[-1]}, which run on later timm releases',)
 
 
-def _cached_or_downloaded(name: str, version: Version, allow_unverified: bool) -> TimmScript:
-    tag, notes = _wanted_tag(version, allow_unverified)
-    target = cache_root() / tag / name
-    if target.is_file():
-        script = _verified(target, name, 'cache', Version(tag[1:]), allow_unverified)
-        return replace(script, notes=notes + script.notes)
-    url = SCRIPT_URL.format(tag=tag, name=name)
+def _downloaded(location: ScriptLocation, version: Version, allow_unverified: bool) -> TimmScript:
+    """Download the file ``location`` names, check its sha256, and save it in the cache."""
+    name, tag, url, target = location.name, location.tag, location.url, location.path
     try:
         data = fetch_url(url)
     except Exception as e:  # urllib's errors, timeouts, no network: all end in the same advice
@@ -276,9 +329,61 @@ def _cached_or_downloaded(name: str, version: Version, allow_unverified: bool) -
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f'.{name}.', delete=False) as f:
         f.write(data)
+    os.chmod(f.name, user_file_mode())  # a new file's mode, not the temporary file's 0600
     os.replace(f.name, target)
     script = _verified(target, name, 'download', Version(tag[1:]), allow_unverified)
-    return replace(script, notes=notes + script.notes)
+    return replace(script, notes=location.notes + script.notes)
+
+
+def _remembered(script: TimmScript, version: Version) -> TimmScript:
+    """Copy a file given by path or env into the cache, where the next command without either looks.
+
+    Only a verified release's script is copied, and only when it is the release the cache is searched
+    for (an older release's file stored under its own tag would never be found). An existing file is
+    never replaced: the copy is linked in place, which fails when another file got there first.
+    """
+    if script.tag is None or Version(script.tag[1:]) > version:  # unverified: accepted by --allow-unverified
+        return script
+    flag = '$' + ENV_SCRIPT if script.source == ENV_SCRIPT else script.source
+    wanted, _ = _wanted_tag(version, allow_unverified=False)
+    target = cache_root() / wanted / script.name
+    if script.tag != wanted:
+        note = (f'{script.name} of {script.tag} is not cached: without {flag}, timm {version} looks for the '
+                f'{script.name} of {wanted} ({target})')
+        return replace(script, notes=script.notes + (note,))
+    data = script.original.read_bytes()
+    if hashlib.sha256(data).hexdigest() != script.sha256:
+        note = f'{script.original} changed while it was read; it was not cached'
+        return replace(script, notes=script.notes + (note,))
+    try:
+        if target.exists():
+            return _existing(script, target, flag)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f'.{script.name}.', delete=False) as f:
+            f.write(data)
+        shutil.copymode(script.original, f.name)  # readable as the given file is, not the temporary file's 0600
+        try:
+            os.link(f.name, target)  # atomic, and refuses to replace a file another process wrote meanwhile
+        except FileExistsError:
+            return _existing(script, target, flag)
+        except OSError:  # a file system without hard links: replace, which is atomic too
+            os.replace(f.name, target)
+        finally:
+            Path(f.name).unlink(missing_ok=True)
+    except OSError as e:
+        note = f'could not cache {script.name} of {script.tag} as {target} ({e.strerror or e}); {flag} stays needed'
+        return replace(script, notes=script.notes + (note,))
+    note = f'cached {script.name} of {script.tag} as {target}: later commands find it there without {flag}'
+    return replace(script, notes=script.notes + (note,))
+
+
+def _existing(script: TimmScript, target: Path, flag: str) -> TimmScript:
+    """The cache already holds ``target``: nothing to say when it is this file, a note when it is not."""
+    if target.is_file() and sha256_of(target) == script.sha256:
+        return script
+    note = (f'did not cache {script.name} of {script.tag}: {target} already holds another file, left as it is '
+            f'(later commands without {flag} use it; delete it to cache this one)')
+    return replace(script, notes=script.notes + (note,))
 
 
 def _with_task_api(script: TimmScript) -> TimmScript:

@@ -2,17 +2,20 @@
 
 ``timm-ext train``, ``timm-ext demo`` and Python users share these functions: find and verify the
 script (:mod:`timm_ext.scripts`), check the recipe and arguments before anything starts
-(:mod:`timm_ext.recipes`), and build the command line of the child process (``python train.py ...
+(:mod:`timm_ext.recipes`: the recipe's keys and values; :mod:`timm_ext.preflight`: the model, the data,
+the steps per epoch, the global batch), and build the command line of the child process (``python train.py ...
 --device-modules timm_ext`` or ``python -m torch.distributed.run ... train.py ...``). There is no
 second training loop: the command runs timm's script unchanged.
 """
+import argparse
 import os
 import site
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from timm_ext import preflight
 from timm_ext.recipes import (
     RecipeError,
     check_recipe,
@@ -24,7 +27,10 @@ from timm_ext.recipes import (
 )
 from timm_ext.scripts import ScriptError, TimmScript, ddp_passes_device_ids, find_script, load_script_parser
 
-__all__ = ['TrainCommand', 'TrainConfigError', 'build_train_command', 'build_validate_command', 'child_env']
+__all__ = [
+    'TrainCommand', 'TrainConfigError', 'build_train_command', 'build_validate_command', 'check_train_command',
+    'check_validate_command', 'child_env',
+]
 
 
 class TrainConfigError(ValueError):
@@ -33,9 +39,11 @@ class TrainConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TrainCommand:
-    """A resolved command: the argv of the child process and the script it runs."""
+    """A resolved command: the argv of the child process, the script it runs, and what the checks let pass with a
+    warning (one line each, e.g. a paper recipe at another global batch with ``allow_batch_change``)."""
     argv: List[str]
     script: TimmScript
+    warnings: Tuple[str, ...] = ()
 
 
 def _resolve(name: str, path: Optional[Union[str, Path]], allow_unverified: bool) -> TimmScript:
@@ -55,6 +63,44 @@ def _device_modules(effective: Any) -> List[str]:
     return ['--device-modules', *dict.fromkeys(['timm_ext', *(modules or [])])]
 
 
+def check_train_command(
+        parser: argparse.ArgumentParser,
+        train_args: Sequence[str],
+        recipe: Optional[Path] = None,
+        config: Optional[Dict[str, Any]] = None,
+        processes: int = 1,
+        allow_batch_change: bool = False,
+        script_dir: Optional[Union[str, Path]] = None,
+        cuda_available: Optional[bool] = None,
+) -> preflight.Preflight:
+    """Every check of a train.py command against train.py's ``parser``: the recipe's keys and values, the
+    arguments, and the preflight (model, data, steps per epoch, global batch); problems without repeats."""
+    config = config or {}
+    problems = (check_recipe(config, parser) if recipe is not None else []) + check_train_args(
+        parser, train_args, config, cuda_available=cuda_available)
+    args = preflight.script_args(parser, train_args, config)
+    found = preflight.Preflight()
+    if args is not None:  # else train.py prints its own usage error
+        found = preflight.check_train(args, recipe=recipe, config=config, processes=processes,
+                                      allow_batch_change=allow_batch_change, script_dir=script_dir)
+    return preflight.Preflight(list(dict.fromkeys(problems + found.problems)), found.warnings)
+
+
+def check_validate_command(
+        parser: argparse.ArgumentParser,
+        validate_args: Sequence[str],
+        imports: Sequence[str] = (),
+        script_dir: Optional[Union[str, Path]] = None,
+        cuda_available: Optional[bool] = None,
+) -> preflight.Preflight:
+    """Every check of a validate.py command against validate.py's ``parser`` (checkpoint, CUDA, model, data)."""
+    problems = check_validate_args(parser, validate_args, cuda_available=cuda_available)
+    args = preflight.script_args(parser, validate_args)
+    if args is not None:
+        problems += preflight.check_validate(args, imports=imports, script_dir=script_dir).problems
+    return preflight.Preflight(list(dict.fromkeys(problems)))
+
+
 def build_train_command(
         train_args: Sequence[str] = (),
         recipe: Optional[Union[str, Path]] = None,
@@ -63,11 +109,14 @@ def build_train_command(
         nproc_per_node: Optional[int] = None,
         check: bool = True,
         script: Optional[TimmScript] = None,
+        allow_batch_change: bool = False,
 ) -> TrainCommand:
     """The command that runs timm's train.py with ``recipe`` (a path or packaged name) and ``train_args``.
 
     With ``check``, the recipe and the arguments are validated against train.py's own parser first and
     every problem is raised at once as a TrainConfigError (one line each, each with its fix).
+    ``allow_batch_change``: a packaged paper recipe may run at another global batch than its paper's (the
+    command then carries a warning).
     """
     if nproc_per_node is not None and nproc_per_node < 1:
         raise TrainConfigError(f'--nproc-per-node must be at least 1, got {nproc_per_node}')
@@ -82,11 +131,13 @@ def build_train_command(
             raise TrainConfigError(str(e)) from None
     parser = load_script_parser(script.path)
     extra = list(train_args)
+    warnings: Tuple[str, ...] = ()
     if check:
-        problems = (check_recipe(config, parser) if recipe_path else []) + check_train_args(parser, extra, config)
-        problems = list(dict.fromkeys(problems))
-        if problems:
-            raise TrainConfigError('\n'.join(problems))
+        found = check_train_command(parser, extra, recipe_path, config, processes=nproc_per_node or 1,
+                                    allow_batch_change=allow_batch_change, script_dir=script.path.parent)
+        if found.problems:
+            raise TrainConfigError('\n'.join(found.problems))
+        warnings = tuple(found.warnings)
     effective = effective_args(parser, extra, config)
     nproc = nproc_per_node or 1
     if nproc > 1 and effective is not None and str(effective.device).split(':')[0] == 'cpu' \
@@ -100,7 +151,7 @@ def build_train_command(
     else:
         argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc-per-node={nproc}',
                 str(script.path), *args]
-    return TrainCommand(argv=argv, script=script)
+    return TrainCommand(argv=argv, script=script, warnings=warnings)
 
 
 def build_validate_command(
@@ -119,7 +170,8 @@ def build_validate_command(
     script = script or _resolve('validate.py', timm_validate, allow_unverified)
     extra = list(validate_args)
     if check:
-        problems = check_validate_args(load_script_parser(script.path), extra)
+        problems = check_validate_command(load_script_parser(script.path), extra, imports,
+                                          script_dir=script.path.parent).problems
         if problems:
             raise TrainConfigError('\n'.join(problems))
     modules = ','.join(dict.fromkeys(['timm_ext', *imports]))

@@ -20,7 +20,8 @@ from timm_ext.cli._errors import CliError
 
 __all__ = ['CliError', 'build_parser', 'main']
 
-SUBCOMMANDS = ('train', 'validate', 'recipes', 'models', 'convert', 'patch', 'demo', 'export', 'push', 'analyze')
+SUBCOMMANDS = ('train', 'validate', 'recipes', 'models', 'convert', 'patch', 'demo', 'export', 'push', 'analyze',
+               'doctor')
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -39,9 +39,9 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
     if output.exists() and not args.force:
         raise CliError(f'OUTPUT {args.output!r} exists; pass --force to overwrite it')
     import timm
-    from safetensors.torch import save_file
 
     import timm_ext  # noqa: F401  (registers the models)
+    from timm_ext.hub import save_safetensors
     from timm_ext.models import convert_official_alternet
 
     checkpoint = _load(source)
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
     model.load_state_dict(state_dict, strict=True)
     output.parent.mkdir(parents=True, exist_ok=True)
     metadata = {'format': 'pt', 'architecture': args.model, 'model_args': json.dumps(kwargs, default=str)}
-    save_file({k: v.contiguous() for k, v in state_dict.items()}, str(output), metadata=metadata)
+    save_safetensors({k: v.contiguous() for k, v in state_dict.items()}, output, metadata=metadata)
     print(f'wrote {output}: {len(state_dict)} tensors, {sum(v.numel() for v in state_dict.values()):,} values '
           f'for {args.model}({", ".join(f"{k}={v!r}" for k, v in kwargs.items())})')
     # the overlay's num_classes keeps timm from dropping a head whose size differs from the registered cfg's

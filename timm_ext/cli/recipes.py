@@ -1,5 +1,6 @@
 """``timm-ext recipes list | show NAME | check [RECIPE ...] | index``: the packaged train.py recipes."""
 import argparse
+import shutil
 import sys
 from typing import Dict, List, Optional, Sequence
 
@@ -15,6 +16,7 @@ from timm_ext.recipes import (
     find_recipe,
     format_index,
     format_index_markdown,
+    format_recipe_table,
     list_recipes,
     load_paper_values,
     load_recipe,
@@ -23,9 +25,6 @@ from timm_ext.recipes import (
     write_index,
 )
 from timm_ext.scripts import load_script_parser
-
-_LIST_COLUMNS = (('recipe', 'recipe'), ('table', 'table'), ('row', 'row'), ('model', 'model'),
-                 ('global_batch', 'batch'), ('expected_top1', 'top1'))
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -37,6 +36,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     listing = actions.add_parser(
         'list', help='every packaged recipe with its paper table, row, model, global batch and expected top-1')
     listing.add_argument('--names', action='store_true', help='only the recipe names, one a line')
+    listing.add_argument('--wide', action='store_true',
+                         help='every column whole, however wide (the default when the output is not a terminal; '
+                              'on a terminal the paper row and table are shortened or left out to fit its width)')
     show = actions.add_parser('show', help='print a recipe')
     show.add_argument('name', metavar='RECIPE', help='a packaged recipe name or a YAML file')
     check = actions.add_parser(
@@ -61,7 +63,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, extra: List[str]) -> int:
     try:
         if args.action == 'list':
-            print('\n'.join(list_recipes()) if args.names else _table(_listing()))
+            if args.names:
+                print('\n'.join(list_recipes()))
+            else:
+                _print_table(_listing(), wide=args.wide)
             return 0
         if args.action == 'show':
             path = find_recipe(args.name)
@@ -85,10 +90,13 @@ def _listing() -> List[Dict[str, str]]:
     return [dict(index.get(name, {}), recipe=name) for name in list_recipes()]
 
 
-def _table(rows: Sequence[Dict[str, str]]) -> str:
-    cells = [[title for _, title in _LIST_COLUMNS]] + [[row.get(key, '') for key, _ in _LIST_COLUMNS] for row in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(_LIST_COLUMNS))]
-    return '\n'.join('  '.join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells)
+def _print_table(rows: Sequence[Dict[str, str]], wide: bool) -> None:
+    """The full table, or on a terminal (without --wide) the table fitted to its width."""
+    width = None if wide or not sys.stdout.isatty() else shutil.get_terminal_size().columns
+    table = format_recipe_table(rows, width)
+    print(table)
+    if width is not None and table != format_recipe_table(rows):
+        print(f'(fitted to {width} columns: `timm-ext recipes list --wide` shows every column whole)', file=sys.stderr)
 
 
 def _check(args: argparse.Namespace) -> int:

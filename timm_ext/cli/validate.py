@@ -25,7 +25,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help='another module to import before validate.py runs (repeatable), e.g. one that '
                              'registers your own models')
     parser.add_argument('--no-check', action='store_true',
-                        help='skip timm-ext\'s checks of the arguments (checkpoint exists, CUDA available)')
+                        help='skip timm-ext\'s checks of the arguments (checkpoint exists, CUDA available, the model '
+                             'known, the data folder and its split there)')
     parser.add_argument('--dry-run', action='store_true', help='print the command instead of running it')
     parser.add_argument('--validate-help', action='store_true', help='show validate.py\'s own arguments')
     return parser

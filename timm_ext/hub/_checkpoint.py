@@ -4,7 +4,8 @@ timm's ``train.py`` saves ``last.pth.tar`` / ``model_best.pth.tar`` as a dict wi
 EMA weights under ``state_dict_ema`` (with ``--model-ema``), its ``argparse.Namespace`` under ``args``
 and the model name under ``arch``. The file is a pickle, so it is only ever read with
 ``torch.load(weights_only=True)``, which refuses any object other than tensors, containers and the
-``Namespace`` allowed here; nothing else gets unpickled.
+``Namespace`` allowed here; nothing else gets unpickled. What a file is (torch.save's, safetensors, or
+neither) is read from its bytes first, whatever its name.
 """
 import argparse
 import contextlib
@@ -17,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from timm_ext.hub._errors import HubError, first_line
+from timm_ext.hub._format import SAFETENSORS, TAR, checkpoint_format, pickled_globals
 
 __all__ = ['Checkpoint', 'load_checkpoint', 'load_weights']
 
@@ -25,6 +27,7 @@ _PREFIXES = ('module.', '_orig_mod.')  # DistributedDataParallel, torch.compile
 _MODEL_ARGS_OF_TRAIN = (('num_classes', 'num_classes'), ('in_chans', 'in_chans'), ('gp', 'global_pool'),
                         ('bn_eps', 'bn_eps'))
 _DATA_ARGS_OF_TRAIN = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode')
+_CUT_PICKLE = 'its pickle is truncated or corrupt'
 
 
 @dataclass
@@ -70,11 +73,12 @@ def load_checkpoint(path: Union[str, Path], use_ema: bool = False) -> Checkpoint
     path = Path(path).expanduser()
     if not path.is_file():
         raise HubError(f'checkpoint {path} does not exist')
-    if path.name.endswith('.safetensors'):
+    fmt = checkpoint_format(path)
+    if fmt == SAFETENSORS:
         if use_ema:
             raise HubError(f'{path} is a safetensors file, which holds one set of weights and no EMA: drop --ema')
         return Checkpoint(path, _strip_prefixes(read_safetensors(path)))
-    content = _torch_load(path)
+    content = _torch_load(path, fmt)
     if not isinstance(content, dict):
         raise HubError(f'{path} holds a {type(content).__name__}, not a state_dict or a train.py checkpoint')
     state_dict, ema = _pick_state_dict(content, path, use_ema)
@@ -95,7 +99,10 @@ def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
                        f'export or download it again') from None
 
 
-def _torch_load(path: Path) -> Any:
+def _torch_load(path: Path, fmt: str) -> Any:
+    if fmt == TAR:
+        raise HubError(f'{path} is a torch < 0.4 checkpoint (a tar archive), which torch.load(weights_only=True) '
+                       f'cannot read: in a session you trust, load it and save its state_dict() with torch.save')
     # train.py stores its argparse.Namespace: the one non-tensor object allowed besides containers
     safe_globals = getattr(torch.serialization, 'safe_globals', None)
     if safe_globals is None:  # torch 2.4: only the global allow-list exists
@@ -104,14 +111,24 @@ def _torch_load(path: Path) -> Any:
     else:
         context = safe_globals([argparse.Namespace])
     try:
-        with context:
-            return torch.load(path, map_location='cpu', weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise HubError(f'{path} holds objects that torch.load(weights_only=True) refuses ({first_line(e)[:200]}): '
-                       f'in a session you trust, load it and save its state_dict() with torch.save') from None
-    except Exception as e:  # not a zip/pickle, truncated
-        raise HubError(f'{path} is not a readable torch checkpoint ({first_line(e)}): it is truncated or not a '
-                       f'.pth/.pth.tar file') from None
+        with context, path.open('rb') as f:  # a file object: torch.load may dispatch a path on its suffix
+            return torch.load(f, map_location='cpu', weights_only=True)
+    except pickle.UnpicklingError as e:  # refused objects, or a pickle cut short: its opcodes tell which
+        objects = pickled_globals(path, fmt)
+        if objects is None:
+            raise _unreadable(path, _CUT_PICKLE) from None
+        what = ', '.join(objects[:3]) if objects else first_line(e)[:200]
+        raise HubError(f'{path} holds objects that torch.load(weights_only=True) refuses ({what}): in a session '
+                       f'you trust, load it and save its state_dict() with torch.save') from None
+    except EOFError:
+        raise _unreadable(path, _CUT_PICKLE) from None
+    except Exception as e:  # RuntimeError of a missing or cut tensor record
+        raise _unreadable(path, f'truncated or corrupt: {first_line(e)}') from None
+
+
+def _unreadable(path: Path, why: str) -> HubError:
+    return HubError(f'{path} is not a readable PyTorch checkpoint ({why}): copy it again, or save it again with '
+                    f'torch.save')
 
 
 def _pick_state_dict(content: Dict[str, Any], path: Path, use_ema: bool) -> Tuple[Dict[str, Any], bool]:

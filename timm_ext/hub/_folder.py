@@ -21,6 +21,7 @@ from timm.models._pretrained import PretrainedCfg
 
 from timm_ext.hub._card import CardInfo, model_card
 from timm_ext.hub._errors import HubError, first_line
+from timm_ext.hub._files import save_safetensors
 
 __all__ = ['CARD_NAME', 'CONFIG_NAME', 'WEIGHTS_NAME', 'check_folder', 'export', 'hub_config']
 
@@ -128,9 +129,8 @@ def export(
     other file, but refuses a folder holding other weight files (timm's loaders could pick them). The
     files are written and checked in a scratch folder first (rebuilt from ``config.json`` on the meta
     device, every tensor's name and shape compared), so a folder that would not load is never left behind.
+    Every file gets the mode ``open()`` gives (``0o666`` less the umask).
     """
-    from safetensors.torch import save_file
-
     out = Path(out_dir).expanduser()
     _check_target(out, overwrite)
     config = hub_config(model, model_args, data_config)
@@ -143,7 +143,7 @@ def export(
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
     try:
-        save_file(state_dict, str(scratch / WEIGHTS_NAME), metadata={'format': 'pt'})
+        save_safetensors(state_dict, scratch / WEIGHTS_NAME, metadata={'format': 'pt'})
         (scratch / CONFIG_NAME).write_text(json.dumps(config, indent=2) + '\n')
         (scratch / CARD_NAME).write_text(card_text)
         check_folder(scratch, where=out)

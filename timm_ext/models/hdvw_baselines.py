@@ -143,9 +143,10 @@ default_cfgs = generate_default_cfgs({
     'pit_ti_patch2_32.hdvw_cifar100': _hdvw_cfg(
         'pit_ti_cifar100_0645889efb.pth.tar', first_conv='patch_embed.conv', classifier='head'),
     'swin_tiny_patch1_window4_32.hdvw_cifar100': _hdvw_cfg(
-        'swin_ti_cifar100_ec2894492b.pth.tar', first_conv='patch_embed.proj', classifier='head.fc'),
+        'swin_ti_cifar100_ec2894492b.pth.tar', first_conv='patch_embed.proj', classifier='head.fc', pool_size=(4, 4)),
     'resnet50_cifar.hdvw_cifar100': _hdvw_cfg(
-        'resnet_50_cifar100_691cc9a9e4.pth.tar', first_conv='conv1', classifier='fc', fixed_input_size=False),
+        'resnet_50_cifar100_691cc9a9e4.pth.tar', first_conv='conv1', classifier='fc', pool_size=(4, 4),
+        fixed_input_size=False),
 })
 
 

@@ -1,0 +1,449 @@
+"""What ``timm-ext train`` / ``validate`` refuse before timm's script starts, and what they must not refuse.
+
+Each refusal is tested with the command a user would type (``timm_ext.cli.main`` with ``--dry-run``)
+against ImageFolders built here from 8x8 PNGs: exit code 2 and the exact one-line message. Valid
+commands pass: every packaged recipe (at its paper's global batch, and on one CPU process with a
+small batch), and the commands of README.md and docs/cli.md. Scripts come from TIMM_EXT_TIMM_TRAIN
+(default ../shared/timm-train/v1.0.28); the network is never used.
+"""
+import io
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch
+from _cli import run_cli
+from conftest import require_timm_script
+
+from timm_ext import preflight
+from timm_ext.recipes import find_recipe, list_recipes, load_paper_values, load_recipe, packaged_row
+from timm_ext.scripts import load_script_parser
+from timm_ext.training import check_train_command
+
+REPO = Path(__file__).resolve().parents[1]
+_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
+_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
+SCRIPTS_DIR = _SCRIPTS.parent if _SCRIPTS.suffix == '.py' else _SCRIPTS
+TRAIN_PY, VALIDATE_PY = SCRIPTS_DIR / 'train.py', SCRIPTS_DIR / 'validate.py'
+KINDS = '.jpeg, .jpg, .png'
+
+
+def _png() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new('RGB', (8, 8), (120, 30, 200)).save(out, format='PNG')
+    return out.getvalue()
+
+
+PNG = _png()
+
+
+def image_folder(root: Path, images: Dict[str, int], classes: int = 2) -> Path:
+    """``root/<split>/c<k>/<i>.png``: ``images[split]`` PNGs per class (one PNG's bytes, written once per file)."""
+    for split, count in images.items():
+        for k in range(classes):
+            folder = root / split / f'c{k}' if split else root / f'c{k}'
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                (folder / f'{i}.png').write_bytes(PNG)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _offline(offline_scripts, monkeypatch):
+    """A private cache, no network, and timm's real scripts (or skip)."""
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_TIMM_TRAIN', str(SCRIPTS_DIR))
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    """A machine with CUDA, as far as the checks can tell (the commands only print, nothing runs on a GPU)."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    """train/ and validation/: two classes, 3 and 2 images each (6 training images)."""
+    return image_folder(tmp_path / 'tiny', {'train': 3, 'validation': 2})
+
+
+@pytest.fixture(scope='module')
+def big(tmp_path_factory) -> Path:
+    """256 training images in two classes: one process at batch 256, or the recipes' 128."""
+    return image_folder(tmp_path_factory.mktemp('big'), {'train': 128, 'validation': 1})
+
+
+@pytest.fixture(scope='module')
+def train_parser():
+    require_timm_script(TRAIN_PY)
+    return load_script_parser(TRAIN_PY)
+
+
+def cli(capsys, *argv):
+    """(exit code, stdout, the lines of stderr without timm-ext's notes)."""
+    code, out, err = run_cli(capsys, *argv)
+    return code, out, [line for line in err.splitlines() if not line.startswith('timm-ext: note:')]
+
+
+def refused(capsys, command: str, *argv) -> str:
+    """The one error line of ``timm-ext COMMAND ARGV --dry-run``, which must exit 2 and print no command."""
+    code, out, err = cli(capsys, command, *argv, '--dry-run')
+    assert code == 2 and out == '' and len(err) == 1, (code, out, err)
+    prefix = f'timm-ext {command}: error: '
+    assert err[0].startswith(prefix), err
+    return err[0][len(prefix):]
+
+
+def passes(capsys, command: str, *argv) -> List[str]:
+    """``timm-ext COMMAND ARGV --dry-run`` exits 0 and prints the command; its stderr lines."""
+    code, out, err = cli(capsys, command, *argv, '--dry-run')
+    assert code == 0 and out.strip(), (code, err)
+    return err
+
+
+# --- model -----------------------------------------------------------------------------------------
+
+def test_unknown_model_names_the_close_ones(capsys, tiny):
+    assert refused(capsys, 'train', '--model', 'vit_tiny_bc', '--data-dir', tiny, '--num-classes', '2', '-b', '2',
+                   '--device', 'cpu') == (
+        "--model 'vit_tiny_bc' is unknown to timm (with timm_ext imported): did you mean vit_tiny_cb, vit_tiny_cbs, "
+        "vit_tiny_cb_all?")
+    assert refused(capsys, 'train', '--model', 'qqqqqqqq', '--data-dir', tiny, '--num-classes', '2', '-b', '2',
+                   '--device', 'cpu') == (
+        "--model 'qqqqqqqq' is unknown to timm (with timm_ext imported): `timm-ext models` and timm.list_models() "
+        "list the names")
+
+
+def test_unknown_model_of_a_recipe(capsys, tiny, tmp_path):
+    recipe = tmp_path / 'mine.yaml'
+    recipe.write_text('device_modules: [timm_ext]\nmodel: resnet_18\n')
+    error = refused(capsys, 'train', '-c', recipe, '--data-dir', tiny, '--num-classes', '2', '-b', '2',
+                    '--device', 'cpu')
+    # the closest three of timm's names (which ones after the first depends on the timm release)
+    assert re.fullmatch(r"model 'resnet_18' of the recipe is unknown to timm \(with timm_ext imported\): did you "
+                        r"mean resnet18, \w+, \w+\?", error), error
+
+
+def test_a_model_registered_by_a_device_module(capsys, tiny, tmp_path, monkeypatch):
+    (tmp_path / 'my_models.py').write_text(
+        'from timm.models import register_model\nfrom timm.models.resnet import resnet18\n\n\n'
+        '@register_model\ndef my_preflight_net(pretrained=False, **kwargs):\n    return resnet18(**kwargs)\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ['--model', 'my_preflight_net', '--data-dir', tiny, '--num-classes', '2', '-b', '2', '--device', 'cpu']
+    passes(capsys, 'train', *args, '--device-modules', 'my_models')
+    assert refused(capsys, 'train', *args, '--device-modules', 'no_such_models') == (
+        "--device-modules 'no_such_models' cannot be imported (ModuleNotFoundError: No module named "
+        "'no_such_models'): train.py imports it before it starts; install it or drop it")
+
+
+def test_model_names_left_to_timm(capsys, tiny):
+    """A pretrained tag, the Hub and a local folder: timm resolves (and reports) those itself."""
+    for model in ('resnet18.a1_in1k', 'hf-hub:timm/resnet18.a1_in1k', 'local-dir:/nowhere/model'):
+        passes(capsys, 'train', '--model', model, '--data-dir', tiny, '--num-classes', '2', '-b', '2',
+               '--device', 'cpu')
+
+
+# --- data ------------------------------------------------------------------------------------------
+
+def test_no_data_dir(capsys):
+    assert refused(capsys, 'train', '--model', 'resnet18', '--num-classes', '2', '--device', 'cpu') == (
+        'no --data-dir: train.py reads an ImageFolder, add --data-dir DIR with DIR/train/<class>/<image> and '
+        f'DIR/validation/<class>/<image> ({KINDS})')
+
+
+def test_data_dir_that_does_not_exist(capsys, tmp_path):
+    missing = tmp_path / 'imagenet'
+    assert refused(capsys, 'train', '--model', 'resnet18', '--data-dir', missing, '--device', 'cpu') == (
+        f'--data-dir {missing} does not exist: it should be an ImageFolder, {missing}/train/<class>/<image> and '
+        f'{missing}/validation/<class>/<image>')
+    file = tmp_path / 'images.zip'
+    file.write_bytes(b'')
+    assert refused(capsys, 'train', '--model', 'resnet18', '--data-dir', file, '--device', 'cpu') == (
+        f'--data-dir {file} is a file: it should be a folder (an ImageFolder, {file}/train/<class>/<image> and '
+        f'{file}/validation/<class>/<image>) or a .tar of images')
+
+
+def test_missing_validation_split(capsys, tmp_path):
+    data = image_folder(tmp_path / 'data', {'train': 2})
+    args = ['--model', 'resnet18', '--data-dir', data, '--num-classes', '2', '-b', '2', '--device', 'cpu']
+    assert refused(capsys, 'train', *args) == (
+        f'--data-dir {data} has no folder for --val-split validation (looked for validation, val, valid, eval, '
+        f'evaluation) but has train/: train.py would read all of {data}, train/ included; add '
+        f'{data}/validation/<class>/<image>, or pass --val-split \'\' to train without validation')
+    passes(capsys, 'train', *args, '--val-split', '')
+
+
+def test_missing_train_split(capsys, tmp_path):
+    data = image_folder(tmp_path / 'data', {'val': 2})
+    assert refused(capsys, 'train', '--model', 'resnet18', '--data-dir', data, '--num-classes', '2', '-b', '2',
+                   '--device', 'cpu') == (
+        f'--data-dir {data} has no folder for --train-split train (looked for train, training) but has val/: '
+        f'train.py would read all of {data}, val/ included; add {data}/train/<class>/<image>')
+
+
+def test_split_without_images(capsys, tmp_path):
+    data = image_folder(tmp_path / 'data', {'train': 2, 'validation': 0})
+    assert refused(capsys, 'train', '--model', 'resnet18', '--data-dir', data, '--num-classes', '2', '-b', '2',
+                   '--device', 'cpu') == (
+        f'{data}/validation (--val-split validation) has no images ({KINDS}): it should hold '
+        f'{data}/validation/<class>/<image>')
+    empty = tmp_path / 'empty'
+    empty.mkdir()
+    assert refused(capsys, 'train', '--model', 'resnet18', '--data-dir', empty, '--num-classes', '2', '-b', '2',
+                   '--device', 'cpu', '--val-split', '') == (
+        f'--data-dir {empty} has no images ({KINDS}) and no folder for --train-split train: it should hold '
+        f'{empty}/train/<class>/<image>')
+
+
+def test_layouts_timm_reads(capsys, tmp_path):
+    """The splits' synonyms (val/, training/), class folders without splits (timm reads the root for both),
+    a .tar, and the datasets timm's other readers find (left to train.py)."""
+    synonyms = image_folder(tmp_path / 'synonyms', {'training': 2, 'val': 1})
+    flat = image_folder(tmp_path / 'flat', {'': 2})
+    tar = tmp_path / 'images.tar'
+    tar.write_bytes(b'')
+    for data in (synonyms, flat, tar):
+        passes(capsys, 'train', '--model', 'resnet18', '--data-dir', data, '--num-classes', '2', '-b', '2',
+               '--device', 'cpu')
+    passes(capsys, 'train', '--model', 'resnet18', '--dataset', 'torch/cifar10', '--dataset-download',
+           '--data-dir', tmp_path / 'cifar', '--num-classes', '10', '--device', 'cpu')
+    passes(capsys, 'train', '--model', 'resnet18', '--dataset', 'hfds/some/dataset', '--device', 'cpu')
+
+
+# --- an epoch without a step -----------------------------------------------------------------------
+
+def test_fewer_images_than_the_batch(capsys, tiny):
+    args = ['--model', 'resnet18', '--data-dir', tiny, '--num-classes', '2', '--device', 'cpu']
+    assert refused(capsys, 'train', *args, '-b', '8') == (
+        f'6 training images in {tiny}/train, fewer than --batch-size 8: train.py drops the last partial batch, '
+        f'so an epoch would take no step; use --batch-size 6 or less, or more images')
+    passes(capsys, 'train', *args, '-b', '6')
+
+
+def test_fewer_images_per_process_than_the_batch(capsys, tiny):
+    """6 images on 4 processes: DistributedSampler gives each 2 (it pads), fewer than 3."""
+    args = ['--model', 'resnet18', '--data-dir', tiny, '--num-classes', '2', '--device', 'cpu',
+            '--nproc-per-node', '4']
+    assert refused(capsys, 'train', *args, '-b', '3') == (
+        f'6 training images in {tiny}/train over 4 processes are 2 per process, fewer than --batch-size 3: train.py '
+        f'drops the last partial batch, so an epoch would take no step; use --batch-size 2 or less, fewer processes, '
+        f'or more images')
+    code, _, err = cli(capsys, 'train', *args, '-b', '2', '--dry-run')  # enough images: then train.py's own limit
+    assert code == 2 and err[-1].startswith('timm-ext train: error: train.py of v1.0.28 cannot run DDP on the CPU')
+
+
+def test_a_paper_recipe_on_a_small_folder(capsys, tiny):
+    """vit_s16_sam's batch 128 on 6 images: today train.py fails with `updates_per_epoch must be set`."""
+    assert refused(capsys, 'train', '-c', 'vit-sam/imagenet/vit_s16_sam', '--data-dir', tiny, '--num-classes', '2',
+                   '--device', 'cpu', '--allow-batch-change') == (
+        f'6 training images in {tiny}/train, fewer than --batch-size 128: train.py drops the last partial batch, '
+        f'so an epoch would take no step; use --batch-size 6 or less, or more images')
+
+
+def test_images_per_process_follows_timms_samplers():
+    assert preflight.images_per_process(6) == 6
+    assert preflight.images_per_process(6, 4) == 2  # DistributedSampler pads to ceil(6 / 4)
+    assert preflight.images_per_process(255, 8, aug_repeats=3) == 32  # RepeatAugSampler, under 256: ceil
+    assert preflight.images_per_process(1000, 8, aug_repeats=3) == 96  # 3 x 256 images / 8
+    assert preflight.images_per_process(1000, 8) == 125
+
+
+def test_counting_stops_at_the_limit(tmp_path, monkeypatch):
+    data = image_folder(tmp_path / 'data', {'': 2}, classes=4)  # 4 folders of 2 images
+    seen = []
+    walk = os.walk
+
+    def recording_walk(*args, **kwargs):
+        for entry in walk(*args, **kwargs):
+            seen.append(entry[0])
+            yield entry
+
+    monkeypatch.setattr(preflight.os, 'walk', recording_walk)
+    assert preflight.count_images(data) == 8 and len(seen) == 5
+    seen.clear()
+    assert preflight.count_images(data, limit=3) == 3 and len(seen) == 3  # the root and two class folders
+    assert preflight.count_images(data, input_key='.jpg') == 0
+
+
+def test_repeated_augmentation_on_one_process(capsys, big):
+    assert refused(capsys, 'train', '-c', 'context-broadcasting/imagenet/vit_small_cb', '--data-dir', big,
+                   '--num-classes', '2', '--device', 'cpu', '--grad-accum-steps', '8') == (
+        "aug_repeats 3 of the recipe (repeated augmentation) needs several processes: timm's loader asserts on one; "
+        "run --nproc-per-node N on N GPUs, or pass --aug-repeats 0")
+
+
+# --- the global batch of a paper recipe ------------------------------------------------------------
+
+def test_paper_recipe_at_another_global_batch(capsys, big):
+    args = ['-c', 'vit-sam/imagenet/vit_s16_sam', '--data-dir', big, '--num-classes', '2', '--device', 'cpu']
+    assert refused(capsys, 'train', *args) == (
+        'recipe vit-sam/imagenet/vit_s16_sam trains at global batch 4096 (vit-sam Table 2), this command at 128 x '
+        '1 process x 4 accumulation steps = 512: add --grad-accum-steps 32 or --nproc-per-node 8 on 8 GPUs, or pass '
+        '--allow-batch-change to train at 512 (lr 0.003 unchanged: train.py does not rescale an explicit lr)')
+    assert refused(capsys, 'train', *args, '-b', '256', '--grad-accum-steps', '1') == (
+        'recipe vit-sam/imagenet/vit_s16_sam trains at global batch 4096 (vit-sam Table 2), this command at 256 x '
+        '1 process x 1 accumulation step = 256: add --grad-accum-steps 16, or pass --allow-batch-change to train '
+        'at 256 (lr 0.003 unchanged: train.py does not rescale an explicit lr)')
+    assert passes(capsys, 'train', *args, '--grad-accum-steps', '32') == []
+    assert passes(capsys, 'train', *args, '--allow-batch-change') == [
+        'timm-ext train: warning: recipe vit-sam/imagenet/vit_s16_sam trains at global batch 4096 (vit-sam Table 2), '
+        'this command at 128 x 1 process x 4 accumulation steps = 512 (--allow-batch-change; lr 0.003 unchanged: '
+        'train.py does not rescale an explicit lr)']
+
+
+def test_global_batch_with_the_lr_rule_of_the_recipe(capsys, big):
+    """context-broadcasting's recipes set lr_base: train.py scales the lr with the batch by the paper's rule."""
+    assert refused(capsys, 'train', '-c', 'context-broadcasting/imagenet/vit_small_cb', '--data-dir', big,
+                   '--num-classes', '2', '--device', 'cpu', '--aug-repeats', '0') == (
+        'recipe context-broadcasting/imagenet/vit_small_cb trains at global batch 1024 (context-broadcasting '
+        'Table 5), this command at 128 x 1 process x 1 accumulation step = 128: add --grad-accum-steps 8 or '
+        '--nproc-per-node 8 on 8 GPUs, or pass --allow-batch-change to train at 128 (train.py scales lr_base 0.001 '
+        'at 1024 (linear) to lr 0.000125)')
+
+
+def test_own_recipe_has_no_paper_batch(capsys, big, tmp_path):
+    """A copy of a packaged recipe is the user's own: its global batch is not checked."""
+    mine = tmp_path / 'vit_s16_sam.yaml'
+    mine.write_text(find_recipe('vit-sam/imagenet/vit_s16_sam').read_text())
+    assert passes(capsys, 'train', '-c', mine, '--data-dir', big, '--num-classes', '2', '--device', 'cpu') == []
+    packaged = find_recipe('vit-sam/imagenet/vit_s16_sam')  # the packaged file by its path: checked
+    code, _, err = cli(capsys, 'train', '-c', packaged, '--data-dir', big, '--num-classes', '2', '--device', 'cpu',
+                       '--dry-run')
+    assert code == 2 and 'trains at global batch 4096' in err[0]
+
+
+# --- device ----------------------------------------------------------------------------------------
+
+def test_cuda_without_cuda(capsys, tiny, tmp_path, no_cuda):
+    cuda_line = ("--device is 'cuda' but CUDA is not available here (timm's scripts default to cuda): "
+                 "add --device cpu")
+    args = ['--data-dir', tiny, '--num-classes', '2', '-b', '2']
+    assert refused(capsys, 'train', '--model', 'resnet18', *args) == cuda_line  # train.py's default
+    recipe = tmp_path / 'gpu.yaml'
+    recipe.write_text('device_modules: [timm_ext]\nmodel: resnet18\ndevice: cuda\n')
+    assert refused(capsys, 'train', '-c', recipe, *args) == cuda_line  # the recipe's
+    passes(capsys, 'train', '-c', recipe, *args, '--device', 'cpu')
+    assert refused(capsys, 'validate', '--model', 'resnet18', '--data-dir', tiny) == cuda_line
+
+
+# --- validate --------------------------------------------------------------------------------------
+
+def test_validate_refusals(capsys, tiny, tmp_path):
+    assert refused(capsys, 'validate', '--model', 'vit_tiny_bc', '--data-dir', tiny, '--device', 'cpu') == (
+        "--model 'vit_tiny_bc' is unknown to timm (with timm_ext imported): did you mean vit_tiny_cb, vit_tiny_cbs, "
+        "vit_tiny_cb_all?")
+    assert refused(capsys, 'validate', '--model', 'vit_tiny_x*', '--data-dir', tiny, '--device', 'cpu') == (
+        "--model 'vit_tiny_x*' matches no pretrained timm model (validate.py reads a pattern as the pretrained "
+        "models to validate): see `timm.list_models('vit_tiny_x*', pretrained=True)`, or name one model")
+    assert refused(capsys, 'validate', '--model', 'resnet18', '--device', 'cpu') == (
+        f'no --data-dir: validate.py reads an ImageFolder, add --data-dir DIR with DIR/validation/<class>/<image> '
+        f'({KINDS})')
+    data = image_folder(tmp_path / 'data', {'train': 1})
+    assert refused(capsys, 'validate', '--model', 'resnet18', '--data-dir', data, '--device', 'cpu') == (
+        f'--data-dir {data} has no folder for --split validation (looked for validation, val, valid, eval, '
+        f'evaluation) but has train/: validate.py would read all of {data}, train/ included; add '
+        f'{data}/validation/<class>/<image>, or name its folder with --split')
+    passes(capsys, 'validate', '--model', 'resnet18', '--data-dir', data, '--split', 'train', '--device', 'cpu')
+    missing = tmp_path / 'missing.pth.tar'
+    assert refused(capsys, 'validate', '--model', 'resnet18', '--data-dir', tiny, '--checkpoint', missing,
+                   '--device', 'cpu') == f"checkpoint '{missing}' does not exist"
+
+
+def test_validate_valid_commands(capsys, tiny, tmp_path):
+    """A folder of checkpoints (validate.py validates each), a pattern, the data as validate.py's positional."""
+    folder = tmp_path / 'checkpoints'
+    folder.mkdir()
+    passes(capsys, 'validate', '--model', 'resnet18', '--checkpoint', folder, '--data-dir', tiny, '--device', 'cpu')
+    passes(capsys, 'validate', '--model', 'resnet18*', '--data-dir', tiny, '--device', 'cpu')
+    passes(capsys, 'validate', str(tiny), '--model', 'vit_tiny_cb', '--device', 'cpu')
+
+
+# --- the parse train.py makes ----------------------------------------------------------------------
+
+def test_script_args_parse_as_train_py(train_parser):
+    """The recipe through set_defaults: text converted by each argument's type, the command line on top."""
+    args = preflight.script_args(train_parser, ['--epochs', '3'], {'lr': '0.1', 'epochs': 9, 'rho': 0.05})
+    assert args.lr == 0.1 and args.epochs == 3 and args.rho == 0.05
+    assert train_parser.get_default('lr') is None and train_parser.get_default('rho') is None  # left as it was
+    assert preflight.script_args(train_parser, ['--no-such-argument']) is None
+
+
+# --- valid commands are not refused ----------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def enough(tmp_path_factory) -> Path:
+    """Images for any packaged recipe at its paper's layout (up to 128 per process on 32 processes)."""
+    return image_folder(tmp_path_factory.mktemp('enough'), {'train': 2048, 'validation': 1})
+
+
+def test_every_packaged_recipe_passes(train_parser, enough):
+    """Each recipe as its paper trains it (its batch, on the processes its global batch needs, on GPUs), and on
+    one CPU process with a small batch (--allow-batch-change: one warning for a paper recipe, no problem)."""
+    rows = load_paper_values()
+    names = list_recipes()
+    assert len(names) >= 100
+    for name in names:
+        path = find_recipe(name)
+        config = load_recipe(path)
+        row = packaged_row(path, rows)
+        processes = 1
+        if row is not None:  # a paper recipe: the processes its paper's global batch needs at its batch
+            per_step = config['batch_size'] * config.get('grad_accum_steps', 1)
+            processes = row.global_batch // per_step
+            assert processes * per_step == row.global_batch, name
+        data = ['--data-dir', str(enough), '--num-classes', '2']
+        found = check_train_command(train_parser, data, path, config, processes=processes, cuda_available=True,
+                                    script_dir=SCRIPTS_DIR)
+        assert found.problems == [] and found.warnings == [], (name, found)
+        laptop = data + ['--device', 'cpu', '-b', '2', '--aug-repeats', '0']
+        found = check_train_command(train_parser, laptop, path, config, allow_batch_change=True,
+                                    cuda_available=False, script_dir=SCRIPTS_DIR)
+        assert found.problems == [] and len(found.warnings) == (row is not None), (name, found)
+
+
+def _documented_commands(path: Path) -> List[List[str]]:
+    """The ``timm-ext train`` / ``validate`` commands of the bash blocks of ``path``, as argv after ``timm-ext``."""
+    commands = []
+    for block in re.findall(r'```bash\n(.*?)```', path.read_text(), flags=re.S):
+        for line in block.replace('\\\n', ' ').splitlines():
+            argv = shlex.split(line, comments=True)
+            if argv[:2] in (['timm-ext', 'train'], ['timm-ext', 'validate']):
+                commands.append(argv[1:])
+    return commands
+
+
+@pytest.fixture(scope='module')
+def imagenet_like(tmp_path_factory) -> Path:
+    """1000 classes (a paper model's default head), 2 training images each: 2000 >= 8 processes x 127 + 1."""
+    root = image_folder(tmp_path_factory.mktemp('imagenet'), {'train': 2}, classes=1000)
+    return image_folder(root, {'validation': 1}, classes=1)
+
+
+def test_documented_commands_pass(capsys, cuda, tmp_path, monkeypatch, imagenet_like):
+    """The train and validate commands of README.md and docs/cli.md, as written, with their data folders made here
+    (on a machine with CUDA where they do not pass --device cpu)."""
+    data = image_folder(tmp_path / 'data', {'train': 13, 'validation': 1}, classes=10)  # 130 images: batch 128
+    (tmp_path / 'my_recipe.yaml').write_text(find_recipe('examples/sam_minimal').read_text())
+    checkpoint = tmp_path / 'output' / 'train' / 'run' / 'model_best.pth.tar'
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b'')
+    monkeypatch.chdir(tmp_path)
+    places = {'/path/to/imagenet': str(imagenet_like), '/data/imagenet': str(imagenet_like), 'data': str(data)}
+    commands = _documented_commands(REPO / 'README.md') + _documented_commands(REPO / 'docs' / 'cli.md')
+    assert len(commands) >= 6
+    refused_commands = []
+    for argv in commands:
+        code, out, err = cli(capsys, *[places.get(a, a) for a in argv], '--dry-run')
+        if code != 0 or not out:
+            refused_commands.append((shlex.join(['timm-ext', *argv]), err))
+    assert refused_commands == []
