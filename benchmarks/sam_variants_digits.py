@@ -1,11 +1,11 @@
 """AdamW / SAM / GSAM / interval SAM / LookSAM on the digits, through timm's own train.py, over seeds.
 
 The setting is the 32 px one of docs/reproduction.md and docs/sam.md (the demo's until it moved to 16 px;
-:mod:`timm_ext.analysis.reproduce` keeps it as ``VIT`` and ``TRAIN_ARGS``): scikit-learn's 1,797
+``benchmarks/reproduce.py`` keeps it as ``VIT`` and ``TRAIN_ARGS``): scikit-learn's 1,797
 handwritten digits as an ImageFolder, timm's ``vit_tiny_patch16_224`` shrunk to 32 px (patch 4, width 128,
 depth 4), batch 16, AdamW lr 1e-3, cosine schedule with a 1-epoch warmup, label smoothing 0.1; only the
 optimizer changes.
-Each run is a train.py child process (:func:`timm_ext.training.build_train_command`); this script
+Each run is a train.py child process (:func:`timm_ext.launch.commands.build_train_command`); this script
 only launches them (seeds outermost, so a change of machine load hits every optimizer alike) and
 reads each run's ``summary.csv``.
 
@@ -20,7 +20,6 @@ spin-waits slow a small model's step many times over.
     python benchmarks/sam_variants_digits.py [--epochs 4] [--seeds 0 1 2] [--output DIR] [--threads 1]
 """
 import argparse
-import csv
 import json
 import statistics
 import subprocess
@@ -29,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
 
-from timm_ext.analysis.reproduce import TRAIN_ARGS, VIT
+from reproduce import TRAIN_ARGS, VIT  # benchmarks/reproduce.py, beside this script
+
+from timm_ext._summary_csv import read_summary
 
 MODEL = 'vit_tiny_patch16_224'
 RHO = 0.05
@@ -46,7 +47,7 @@ class Variant:
 
     def train_args(self, data_dir: Path, output: Path, experiment: str, epochs: int, seed: int) -> List[str]:
         args = ['--data-dir', str(data_dir), '--output', str(output), '--experiment', experiment, '--model', MODEL,
-                '--epochs', str(epochs), '--opt', self.opt, *TRAIN_ARGS, '--seed', str(seed),  # the last --seed wins
+                '--epochs', str(epochs), '--opt', self.opt, *TRAIN_ARGS, '--seed', str(seed),
                 '--model-kwargs', *(f'{k}={v}' for k, v in VIT.items())]
         if self.opt_kwargs:
             args += ['--opt-kwargs', *(f'{k}={v}' for k, v in self.opt_kwargs.items())]
@@ -65,13 +66,8 @@ def variants() -> List[Variant]:
     ]
 
 
-def _summary(path: Path) -> List[Dict[str, float]]:
-    with open(path, newline='') as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
 def run_one(run: Variant, data_dir: Path, out: Path, epochs: int, seed: int, threads: int) -> Dict[str, Any]:
-    from timm_ext.training import build_train_command, child_env
+    from timm_ext.launch.commands import build_train_command, child_env
     name = f'{run.name}_seed{seed}'
     cmd = build_train_command(run.train_args(data_dir, out, name, epochs, seed)).argv
     log = out / f'{name}.log'
@@ -82,7 +78,9 @@ def run_one(run: Variant, data_dir: Path, out: Path, epochs: int, seed: int, thr
     wall = time.perf_counter() - start
     if code != 0:
         raise RuntimeError(f'train.py failed for {name} (exit code {code}); see {log}')
-    rows = _summary(out / name / 'summary.csv')
+    rows = read_summary(out / name / 'summary.csv')
+    if not rows:
+        raise RuntimeError(f'train.py wrote no epochs to {out / name / "summary.csv"}; see {log}')
     return dict(variant=run.name, label=run.label, seed=seed, top1=rows[-1]['eval_top1'],
                 train_loss=rows[-1]['train_loss'], wall_s=wall, epochs=len(rows))
 

@@ -472,8 +472,8 @@ def test_unknown_depth():
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    (dict(head_dim=0), r'head_dim must be a positive int, got 0\.'),
-    (dict(head_dim=32.0), r'head_dim must be a positive int, got 32\.0\.'),
+    (dict(head_dim=0), r'head_dim must be a positive integer, got 0$'),
+    (dict(head_dim=32.0), r'head_dim must be a positive integer, got 32\.0$'),
     (dict(num_heads=(3, 6, 0, 24)), r'num_heads must be positive ints, one per stage, got \(3, 6, 0, 24\)\.'),
     (dict(num_heads=8), r'num_heads must be a sequence with one entry per stage, got 8\.'),
     (dict(num_heads=(3, 6)), r'num_heads=\(3, 6\) needs one entry per stage \(4 stages'),
@@ -486,7 +486,7 @@ def test_bad_head_configs(kwargs, message):
 def test_unknown_stem_and_bad_window():
     with pytest.raises(ValueError, match=r"Unknown stem_type 'tiny': choose one of imagenet, cifar"):
         AlterNet(depth=18, stem_type='tiny', device='meta')
-    with pytest.raises(ValueError, match=r'window_size must be a positive int, got 0'):
+    with pytest.raises(ValueError, match=r'window_size must be a positive integer, got 0'):
         AlterNet(depth=18, window_size=0, device='meta')
 
 

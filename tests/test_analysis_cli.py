@@ -82,3 +82,9 @@ def test_one_line_errors(capsys, argv, message):
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], err
+
+
+def test_density_takes_runs_not_samples(capsys):
+    code, _, err = run(capsys, 'analyze', 'density', *TINY, '--samples', '3')
+    assert code == 2
+    assert err.strip() == 'timm-ext analyze: error: density counts Lanczos runs with --runs N, not --samples'

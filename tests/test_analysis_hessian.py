@@ -184,11 +184,11 @@ def test_noisy_loss_restores_the_weights_and_is_the_loss_without_noise():
 
 
 @pytest.mark.parametrize('call, message', [
-    (lambda m, b: hessian_top_eigenvalues(m, F.cross_entropy, b, k=0), 'k must be a positive int, got 0'),
+    (lambda m, b: hessian_top_eigenvalues(m, F.cross_entropy, b, k=0), 'k must be a positive integer, got 0'),
     (lambda m, b: hessian_top_eigenvalues(m, F.cross_entropy, b, weight_decay=-1.0),
      'weight_decay must be a float >= 0, got -1.0'),
     (lambda m, b: noisy_loss(m, F.cross_entropy, b, sigma=-0.1), 'sigma must be a float >= 0, got -0.1'),
-    (lambda m, b: hessian_trace(m, F.cross_entropy, b, samples=0), 'samples must be a positive int, got 0'),
+    (lambda m, b: hessian_trace(m, F.cross_entropy, b, samples=0), 'samples must be a positive integer, got 0'),
     (lambda m, b: hessian_top_eigenvalues(m, F.cross_entropy, []), 'batches is empty'),
 ])
 def test_bad_arguments(call, message):

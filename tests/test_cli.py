@@ -21,7 +21,7 @@ import torch
 from _cli import run_cli
 from conftest import require_timm_script
 
-from timm_ext import scripts
+from timm_ext.launch import find as scripts
 
 REPO = Path(__file__).resolve().parents[1]
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')

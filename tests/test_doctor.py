@@ -20,8 +20,9 @@ from _cli import run_cli
 from packaging.version import Version
 
 import timm_ext
-from timm_ext import doctor, scripts
+from timm_ext import doctor
 from timm_ext.cli import main
+from timm_ext.launch import release_table
 
 TRAIN, VALIDATE = 'print("train")\n', 'print("validate")\n'
 TAG = f'v{Version(timm.__version__).public}'  # the table's one release is the installed timm's
@@ -40,10 +41,10 @@ def table(offline_scripts, tmp_path, monkeypatch):
     path = tmp_path / 'table.tsv'
     path.write_text('tag\ttrain.py_sha256\tvalidate.py_sha256\thas_task_api\thas_device_modules\n'
                     f'{TAG}\t{_sha(TRAIN)}\t{_sha(VALIDATE)}\tyes\tyes\n')
-    monkeypatch.setattr(scripts, '_TABLE', path)
-    scripts.release_table.cache_clear()
+    monkeypatch.setattr(release_table, '_TABLE', path)
+    release_table.release_table.cache_clear()
     yield
-    scripts.release_table.cache_clear()
+    release_table.release_table.cache_clear()
 
 
 @pytest.fixture

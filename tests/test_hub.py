@@ -313,6 +313,7 @@ def test_export_keeps_nothing_of_the_source_weights(tmp_path):
 
 def test_export_card_from_a_recipe(tmp_path, monkeypatch):
     import timm_ext.recipes as recipes
+    import timm_ext.recipes.lookup as lookup
     root = tmp_path / 'recipes'
     (root / 'context-broadcasting' / 'imagenet').mkdir(parents=True)
     (root / 'context-broadcasting' / 'imagenet' / 'vit_ti_cb.yaml').write_text(
@@ -321,7 +322,8 @@ def test_export_card_from_a_recipe(tmp_path, monkeypatch):
     (root / 'index.csv').write_text('recipe,paper,dataset,table,row,model,global_batch,expected_top1\n'
                                     'context-broadcasting/imagenet/vit_ti_cb.yaml,context-broadcasting,imagenet,'
                                     'Table 5,ViT-Ti + CB,vit_tiny_cb,1024,73.3\n')
-    monkeypatch.setattr(recipes, 'recipes_dir', lambda: root)
+    monkeypatch.setattr(recipes, 'recipes_dir', lambda: root)  # the card reads index.csv there
+    monkeypatch.setattr(lookup, 'recipes_dir', lambda: root)  # find_recipe looks there
     out = _export(_small(), tmp_path / 'out', card=CardInfo(recipe='context-broadcasting/imagenet/vit_ti_cb'))
     card = (out / 'README.md').read_text()
     assert '`context-broadcasting/imagenet/vit_ti_cb` (Table 5, ViT-Ti + CB)' in card
@@ -433,6 +435,16 @@ def test_load_model_unknown_architecture(tmp_path, offline):
         load_model(f'local-dir:{out}')
     with pytest.raises(HubError, match=r"config\.json names architecture 'vit_tiny_cbx'.*import timm_ext"):
         check_folder(out)
+
+
+def test_load_model_pretrained_cfg_key_this_timm_does_not_know(tmp_path, offline):
+    """A key of a newer timm's PretrainedCfg (timm raises TypeError) is named with the fix."""
+    config = _export(_small(), tmp_path / 'export') / 'config.json'
+    saved = json.loads(config.read_text())
+    config.write_text(json.dumps(dict(saved, pretrained_cfg=dict(saved['pretrained_cfg'], from_the_future=1))))
+    with pytest.raises(HubError, match=rf"export/config\.json: its pretrained_cfg has a key timm {timm.__version__} "
+                                       r"does not know \(.*from_the_future.*\); export the folder again"):
+        load_model(f'local-dir:{config.parent}')
 
 
 def test_load_model_shapes_that_do_not_fit(tmp_path, offline):
@@ -644,8 +656,8 @@ def test_vit_sam_weights_are_timm_tags(tag):
 
 
 def test_vit_sam_tag_in_a_recipe_is_accepted_by_train_py():
+    from timm_ext.launch.find import ScriptError, load_script_parser
     from timm_ext.recipes import check_recipe
-    from timm_ext.scripts import ScriptError, load_script_parser
 
     if not TRAIN_PY.is_file():
         pytest.skip(f'timm train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')

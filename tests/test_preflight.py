@@ -18,10 +18,10 @@ import torch
 from _cli import run_cli
 from conftest import require_timm_script
 
-from timm_ext import preflight
+from timm_ext.launch import preflight
+from timm_ext.launch.commands import check_train_command
+from timm_ext.launch.find import load_script_parser
 from timm_ext.recipes import find_recipe, list_recipes, load_paper_values, load_recipe, packaged_row
-from timm_ext.scripts import load_script_parser
-from timm_ext.training import check_train_command
 
 REPO = Path(__file__).resolve().parents[1]
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')

@@ -14,6 +14,8 @@ from conftest import require_timm_script
 
 from timm_ext import recipes
 from timm_ext._resources import packaged_dir
+from timm_ext.launch.arg_checks import check_train_args, check_validate_args
+from timm_ext.launch.find import load_script_parser
 from timm_ext.recipes import (
     INDEX_COLUMNS,
     INDEX_MARKERS,
@@ -21,8 +23,6 @@ from timm_ext.recipes import (
     build_index,
     check_against_paper,
     check_recipe,
-    check_train_args,
-    check_validate_args,
     close_recipe_names,
     find_paper_row,
     find_recipe,
@@ -34,7 +34,6 @@ from timm_ext.recipes import (
     load_recipe,
     packaged_row,
 )
-from timm_ext.scripts import load_script_parser
 
 REPO = Path(__file__).resolve().parents[1]
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
@@ -197,6 +196,10 @@ def test_image_folder_class_count(parser, tmp_path):
         f'the ImageFolder {data / "train"} has 3 classes but --num-classes is not given, so train.py keeps the '
         f'model\'s default of 1000: add --num-classes 3']
     assert check_train_args(parser, base, {'num_classes': 3}) == []  # from the recipe
+    # a recipe's text is read as train.py reads it: set_defaults, then parse_args converts '3' to 3
+    assert check_train_args(parser, base, {'num_classes': '3'}) == []
+    assert check_train_args(parser, base, {'num_classes': '2'}) == [
+        f'the ImageFolder {data / "train"} has 3 classes but --num-classes is 2: add --num-classes 3']
     assert check_train_args(parser, base + ['--num-classes', '2', '--class-map', 'map.txt']) == []  # classes mapped
     assert check_train_args(parser, base + ['--num-classes', '2', '--dataset', 'torch/cifar10']) == []
 
@@ -211,6 +214,42 @@ def test_baseline_over_a_sam_recipe(parser):
     assert check_train_args(parser, argv + ['--opt-kwargs'], SAM_RECIPE) == []
     assert check_train_args(parser, ['--device', 'cpu', '--opt', 'asamsgd'], SAM_RECIPE) == []  # still SAM
     assert check_train_args(parser, ['--device', 'cpu'], SAM_RECIPE) == []
+
+
+@needs_train_py
+@pytest.mark.parametrize('recipe_opt, opt_kwargs', [
+    ('samadamw', {'interval': 5}),
+    ('samadamw', {'m_sharpness': 32}),
+    ('gsamadamw', {'rho_max': 0.05, 'rho_min': 0.0, 'alpha': 0.4}),
+    ('looksamadamw', {'interval': 5, 'alpha': 0.7}),
+])
+def test_baseline_over_a_sam_recipe_every_sam_setting(parser, recipe_opt, opt_kwargs):
+    """Every SAM-family setting left in opt_kwargs under a plain --opt is caught, not only rho and clipping."""
+    recipe = {'device_modules': ['timm_ext'], 'opt': recipe_opt, 'opt_kwargs': opt_kwargs}
+    problems = check_train_args(parser, ['--device', 'cpu', '--opt', 'adamw'], recipe)
+    assert problems == [
+        f"--opt adamw replaces the recipe's SAM optimizer {recipe_opt!r}, but opt_kwargs still carry SAM's "
+        f"{', '.join(opt_kwargs)}, which adamw does not take: give the baseline its own --opt-kwargs (a bare "
+        f"`--opt-kwargs` clears them; train.py's --clip-grad clips)"]
+
+
+@needs_train_py
+def test_baseline_that_takes_the_setting_is_not_refused(parser):
+    """RMSprop has an ``alpha`` of its own: GSAM's alpha left in opt_kwargs is a valid (if odd) RMSprop argument."""
+    recipe = {'device_modules': ['timm_ext'], 'opt': 'gsamadamw', 'opt_kwargs': {'alpha': 0.9, 'rho_max': 0.05}}
+    assert check_train_args(parser, ['--device', 'cpu', '--opt', 'rmsprop'], recipe) == [
+        "--opt rmsprop replaces the recipe's SAM optimizer 'gsamadamw', but opt_kwargs still carry SAM's rho_max, "
+        "which rmsprop does not take: give the baseline its own --opt-kwargs (a bare `--opt-kwargs` clears them; "
+        "train.py's --clip-grad clips)"]
+
+
+def test_unknown_recipe_key_points_every_sam_setting_to_opt_kwargs(parser):
+    problems = check_recipe({'interval': 5, 'm_sharpness': 2}, parser)
+    assert problems == [
+        "recipe key 'interval' is not a train.py argument (train.py ignores unknown keys silently): SAM's interval "
+        "goes under opt_kwargs, e.g. `opt_kwargs: {interval: ...}`",
+        "recipe key 'm_sharpness' is not a train.py argument (train.py ignores unknown keys silently): SAM's "
+        "m_sharpness goes under opt_kwargs, e.g. `opt_kwargs: {m_sharpness: ...}`"]
 
 
 @needs_train_py
@@ -406,25 +445,35 @@ _GOOD_ROW = {'table': 'Table 2', 'row': 'X', 'model': 'resnet50', 'global_batch'
 
 
 @pytest.mark.parametrize('edit, message', [
-    (lambda d: d.update(paper='other'), r"`paper` is 'other'; it must be the file's name 'mypaper'"),
-    (lambda d: d['recipes'].update({'mypaper/cifar5/x.yaml': _GOOD_ROW}),
-     r"a recipe path must be mypaper/<dataset>/<name>.yaml with dataset one of imagenet, cifar10, cifar100"),
-    (lambda d: d['recipes']['mypaper/imagenet/x.yaml'].pop('table'), r"'mypaper/imagenet/x.yaml': missing table"),
-    (lambda d: d['recipes']['mypaper/imagenet/x.yaml'].update(expected_top1='76'),
+    (lambda d: d.update(paper='other'), r"`paper` is 'other'; it must be the file's name 'vit-sam'"),
+    (lambda d: d['recipes']['vit-sam/imagenet/x.yaml'].update(global_batch=True),
+     r"global_batch True must be a positive integer"),
+    (lambda d: d['recipes'].update({'vit-sam/cifar5/x.yaml': _GOOD_ROW}),
+     r"a recipe path must be vit-sam/<dataset>/<name>.yaml with dataset one of imagenet, cifar10, cifar100"),
+    (lambda d: d['recipes']['vit-sam/imagenet/x.yaml'].pop('table'), r"'vit-sam/imagenet/x.yaml': missing table"),
+    (lambda d: d['recipes']['vit-sam/imagenet/x.yaml'].update(expected_top1='76'),
      r"expected_top1 '76' must be a percentage or null"),
-    (lambda d: d['recipes']['mypaper/imagenet/x.yaml']['values'].update(lr=0.1),
+    (lambda d: d['recipes']['vit-sam/imagenet/x.yaml']['values'].update(lr=0.1),
      r"values 'lr' must be \{value: ..., source: \"text\"\}, not 0.1"),
-    (lambda d: d['recipes']['mypaper/imagenet/x.yaml'].update(
+    (lambda d: d['recipes']['vit-sam/imagenet/x.yaml'].update(
         deviations={'smoothing': {'recipe': 0.0, 'reason': 'why'}}),
      r"deviation 'smoothing' gives the paper's own value 0.0; remove it"),
-    (lambda d: d['recipes']['mypaper/imagenet/x.yaml'].update(
+    (lambda d: d['recipes']['vit-sam/imagenet/x.yaml'].update(
         deviations={'lr': {'recipe': 0.2, 'reason': 'why'}}), r"deviation 'lr' has no paper value under `values`"),
 ])
 def test_malformed_paper_values_are_one_line_errors(tmp_path, edit, message):
-    doc = {'paper': 'mypaper', 'title': 'T', 'recipes': {'mypaper/imagenet/x.yaml': copy.deepcopy(_GOOD_ROW)}}
-    (tmp_path / 'mypaper.yaml').write_text(yaml.safe_dump(doc))
-    assert list(load_paper_values(tmp_path)) == ['mypaper/imagenet/x.yaml']
+    doc = {'paper': 'vit-sam', 'recipes': {'vit-sam/imagenet/x.yaml': copy.deepcopy(_GOOD_ROW)}}
+    (tmp_path / 'vit-sam.yaml').write_text(yaml.safe_dump(doc))
+    assert list(load_paper_values(tmp_path)) == ['vit-sam/imagenet/x.yaml']
     edit(doc)
-    (tmp_path / 'mypaper.yaml').write_text(yaml.safe_dump(doc))
+    (tmp_path / 'vit-sam.yaml').write_text(yaml.safe_dump(doc))
     with pytest.raises(RecipeError, match=message):
+        load_paper_values(tmp_path)
+
+
+def test_paper_values_of_an_unknown_paper(tmp_path):
+    doc = {'paper': 'mypaper', 'recipes': {'mypaper/imagenet/x.yaml': copy.deepcopy(_GOOD_ROW)}}
+    (tmp_path / 'mypaper.yaml').write_text(yaml.safe_dump(doc))
+    with pytest.raises(RecipeError, match=r"mypaper.yaml: paper 'mypaper' is not in timm_ext.papers.PAPERS "
+                                          r"\(how-do-vits-work, vit-sam, "):
         load_paper_values(tmp_path)

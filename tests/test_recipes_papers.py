@@ -372,7 +372,7 @@ def test_recipes_index_prints_and_writes(capsys, tmp_path, monkeypatch):
     code, out, _ = _cli(capsys, 'recipes', 'index', '--markdown')
     assert code == 0 and out.splitlines()[0] == '| recipe | paper | table | row | model | global batch | top-1 |'
     table = out
-    monkeypatch.setattr('timm_ext.recipes.recipes_dir', lambda: tmp_path)
+    monkeypatch.setattr('timm_ext.cli.recipes.recipes_dir', lambda: tmp_path)  # where the CLI writes
     (tmp_path / 'README.md').write_text(f'# x\n{INDEX_MARKERS[0]}\nold\n{INDEX_MARKERS[1]}\nrest\n')
     code, out, _ = _cli(capsys, 'recipes', 'index', '--write')
     assert code == 0 and out.strip() == str(tmp_path / 'index.csv')

@@ -20,7 +20,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from timm_ext.optim import SAM
 from timm_ext.optim._compat import autocast_state
-from timm_ext.optim.task_capture import RecorderState
+from timm_ext.optim.task_capture import is_watching
 
 # most tests drive SAM without model= on models without buffers; the warning has its own test
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
@@ -343,7 +343,7 @@ def test_explicit_steps_in_a_task_loop_hold_no_batch():
         opt.zero_grad()
 
     assert _run_and_watch_batches(step) == [False] * 5
-    assert opt.recorder.state is RecorderState.CLOSED and opt.recorder.calls == []
+    assert not is_watching()  # the explicit loop closed the capture: nothing looks for a task any more
 
 
 def test_stale_sam_superseded_by_a_newer_one_holds_no_batch():
@@ -358,7 +358,9 @@ def test_stale_sam_superseded_by_a_newer_one_holds_no_batch():
         live.zero_grad()
 
     assert _run_and_watch_batches(step) == [False] * 5
-    assert stale.recorder.state is RecorderState.CLOSED and live.recorder.state is RecorderState.BOUND
+    task(*_batch())['loss'].backward()
+    with pytest.raises(RuntimeError, match='no timm TrainingTask call was captured'):
+        stale.step()  # superseded: it records nothing
 
 
 def test_stale_sam_beside_a_plain_optimizer_holds_one_window_at_most():
@@ -372,20 +374,29 @@ def test_stale_sam_beside_a_plain_optimizer_holds_one_window_at_most():
         plain.step()
         plain.zero_grad()
 
-    assert _run_and_watch_batches(step)[:-1] == [False] * 4  # only the latest window can still be referenced
-    assert len(stale.recorder.calls) == 1
+    held = _run_and_watch_batches(step)
+    assert held == [False] * 4 + [True]  # only the latest window is still referenced (by the stale SAM)
+    del stale
+    gc.collect()
+    assert _run_and_watch_batches(step, steps=1) == [False]  # and nothing once it is gone
 
 
 def test_collected_sam_leaves_no_hook_on_the_task():
     model = _mlp()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    seen = []
+    task.register_forward_pre_hook(lambda module, args: seen.append(len(args)))  # the user's own hook
     task(*_batch())['loss'].backward()
-    assert len(task._forward_pre_hooks) + len(task._forward_hooks) == 1
     ref = weakref.ref(opt)
     del opt
     gc.collect()
-    assert ref() is None and len(task._forward_pre_hooks) + len(task._forward_hooks) == 0
+    x, y = _batch()
+    x_ref = weakref.ref(x)
+    task(x, y)['loss'].backward()
+    del x, y
+    assert ref() is None and x_ref() is None  # no hook of SAM's recorded the call
+    assert seen == [2, 2]  # the user's hook is as they left it
 
 
 # ---- a real torch optimizer: hooks, copy, pickle -------------------------------------------------------
@@ -445,7 +456,8 @@ def test_copy_and_pickle_continue_identically(copier):
     model = _mlp(bn=True)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.2, adaptive=True, clip_grad=1.0,
               model=model)
-    opt.register_step_post_hook(lambda o, args, kwargs: None)  # hooks are not copied, as for torch optimizers
+    fired = []
+    opt.register_step_post_hook(lambda o, args, kwargs: fired.append(o))  # not copied, as for torch optimizers
     torch.optim.lr_scheduler.StepLR(opt, step_size=100)  # it wraps opt.step on the instance: not copied either
     _train_closure_steps(model, opt)
     if copier == 'deepcopy':
@@ -455,8 +467,10 @@ def test_copy_and_pickle_continue_identically(copier):
     assert isinstance(opt2, SAM) and opt2.model is model2 and opt2.base_optimizer is not opt.base_optimizer
     assert all(p is q for p, q in zip(opt2.param_groups[0]['params'], model2.parameters()))
     assert (opt2.clip_grad, opt2.param_groups[0]['rho'], opt2.param_groups[0]['adaptive']) == (1.0, 0.2, True)
-    assert opt2.recorder is not opt.recorder and opt2.recorder.state is RecorderState.WAITING
-    assert len(opt2._optimizer_step_post_hooks) == 0
+    assert is_watching()  # the copy looks for its own task (the original's capture was closed by its closure)
+    model3, opt3 = copy.deepcopy((model, opt))  # deepcopy shares the hook function: a copied hook would fire
+    _train_closure_steps(model3, opt3, seed=5)
+    assert fired == [opt, opt]  # copies have none of the original's hooks
     _train_closure_steps(model, opt, seed=5)
     _train_closure_steps(model2, opt2, seed=5)
     for a, b in zip(model.state_dict().values(), model2.state_dict().values()):

@@ -26,15 +26,15 @@ import torch.nn as nn
 from _timm_venvs import venv_python as _venv_python
 
 from timm_ext.cli import main
-from timm_ext.script_patches import (
+from timm_ext.launch.patches import (
     apply_unified_diff,
     find_patch,
     load_patch_index,
     patch_script,
     patches_dir,
-    sha256_file,
     supported_tags,
 )
+from timm_ext.launch.release_table import sha256_of as sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(os.environ.get('TIMM_EXT_TIMM_SCRIPTS', REPO.parent / 'shared' / 'timm-train')).resolve()

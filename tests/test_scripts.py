@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from timm_ext import scripts
-from timm_ext.scripts import SCRIPT_URL, ScriptError, find_script, release_table
+from timm_ext.launch import find as scripts
+from timm_ext.launch import release_table as table_module
+from timm_ext.launch.find import SCRIPT_URL, ScriptError, find_script
+from timm_ext.launch.release_table import release_table
 
 SHARED = Path(__file__).resolve().parents[2] / 'shared' / 'timm-train'
 # synthetic scripts: (tag, train.py text, validate.py text, has task API)
@@ -40,7 +42,7 @@ def fake_table(tmp_path, monkeypatch):
     rows = ['tag\ttrain.py_sha256\tvalidate.py_sha256\thas_task_api\thas_device_modules']
     rows += [f'{tag}\t{_sha(t)}\t{_sha(v)}\t{"yes" if api else "no"}\tyes' for tag, t, v, api in FAKE]
     table.write_text('\n'.join(rows) + '\n')
-    monkeypatch.setattr(scripts, '_TABLE', table)
+    monkeypatch.setattr(table_module, '_TABLE', table)
     release_table.cache_clear()
     yield _write_release
     release_table.cache_clear()
@@ -338,7 +340,7 @@ def test_older_release_than_the_cache_looks_for_is_not_claimed_remembered(tmp_pa
 
 
 def test_release_without_task_api_is_cached_and_patched_from_the_cache(tmp_path, fake_table, monkeypatch):
-    import timm_ext.script_patches as script_patches
+    import timm_ext.launch.patches as script_patches
     sources = []
 
     def patch_script(src, dst):
@@ -392,7 +394,7 @@ def test_locate_script_reports_without_downloading_or_writing(tmp_path, fake_tab
 # --- train.py without the task API: the patched copy ---------------------------------------------
 
 def test_release_without_task_api_runs_the_patched_copy(tmp_path, fake_table, monkeypatch):
-    import timm_ext.script_patches as script_patches
+    import timm_ext.launch.patches as script_patches
     calls = []
 
     def patch_script(src, dst):
@@ -413,7 +415,7 @@ def test_release_without_task_api_runs_the_patched_copy(tmp_path, fake_table, mo
 
 
 def test_patch_failure_is_one_line(tmp_path, fake_table, monkeypatch):
-    import timm_ext.script_patches as script_patches
+    import timm_ext.launch.patches as script_patches
 
     def refuse(src, dst):
         raise ValueError('the diff does not match the file at line 3')
@@ -428,7 +430,7 @@ def test_real_v1_0_22_is_patched_for_sam():
     path = SHARED / 'v1.0.22' / 'train.py'
     if not path.is_file():
         pytest.skip(f'timm\'s train.py v1.0.22 not found at {path}')
-    from timm_ext.script_patches import load_patch_index
+    from timm_ext.launch.patches import load_patch_index
     script = find_script('train.py', path=path, timm_version='1.0.22')
     expected = next(p.sha256_out for p in load_patch_index() if 'v1.0.22' in p.tags)
     assert script.patched and hashlib.sha256(script.path.read_bytes()).hexdigest() == expected

@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from timm.task import ClassificationTask, TrainingTask
 
 from timm_ext.optim import SAM, task_capture
-from timm_ext.optim.task_capture import RecorderState
 
 REPO = Path(__file__).resolve().parents[1]
+_TASK_CALL = TrainingTask.__call__  # before any SAM exists: what the class must be restored to
 
 
 def _model():
@@ -33,7 +33,27 @@ def _batch(n=8):
 
 def _no_sam_alive():
     gc.collect()
-    return not task_capture.is_watching() and '__call__' not in TrainingTask.__dict__
+    return not task_capture.is_watching() and TrainingTask.__call__ is _TASK_CALL
+
+
+def _call_is_held(task, seed=1, grad=True):
+    """Whether anything still references the batch of one task call (forward and backward) once it returns."""
+    x, y = _batch()
+    x_ref = weakref.ref(x)
+    with torch.set_grad_enabled(grad):
+        out = task(x, y)['loss']
+    if grad:
+        out.backward()
+    del x, y, out
+    gc.collect()
+    return x_ref() is not None
+
+
+def _forwards(model):
+    """A list that grows by one entry per forward of ``model`` (the user's own hook)."""
+    counts = []
+    model.register_forward_hook(lambda m, i, o: counts.append(i[0].shape[0]))
+    return counts
 
 
 def _no_global_module_hooks():
@@ -55,60 +75,72 @@ def test_task_class_is_wrapped_only_until_the_task_is_found():
     other = ClassificationTask(_model(), nn.CrossEntropyLoss(), verbose=False)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
-    assert task_capture.is_watching() and opt.recorder.state is RecorderState.WAITING
-    other(*_batch())  # a task that does not own the optimizer's parameters is ignored
-    assert task_capture.is_watching() and opt.recorder.task is None
-    task(*_batch())
-    assert opt.recorder.state is RecorderState.BOUND and opt.recorder.task is task
-    assert not task_capture.is_watching() and '__call__' not in TrainingTask.__dict__  # the class is as it was
-    assert len(opt.recorder.calls) == 1 and len(task._forward_pre_hooks) == 1 and not other._forward_pre_hooks
+    assert task_capture.is_watching() and TrainingTask.__call__ is not _TASK_CALL
+    assert not _call_is_held(other)  # a task that does not own the optimizer's parameters is ignored
+    assert task_capture.is_watching()
+    forwards = _forwards(model)
+    task(*_batch())['loss'].backward()
+    assert not task_capture.is_watching() and TrainingTask.__call__ is _TASK_CALL  # the class is as it was
+    assert not _call_is_held(other)  # still ignored: the hook is on the found task only
+    task.zero_grad()
+    task(*_batch())['loss'].backward()
+    opt.step()  # the one call of this window is replayed
+    assert forwards == [8, 8, 8]
     assert _no_global_module_hooks()  # at no point
 
 
 def test_recorder_lifecycle():
     model = _model()
     x, y = _batch()
-    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
-    recorder = task_capture.TaskRecorder(opt)
-    assert recorder.state is RecorderState.UNBOUND
-    recorder.start()
-    assert recorder.state is RecorderState.WAITING
+    x_ref = weakref.ref(x)
+    older = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    newer = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    assert task_capture.is_watching()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    forwards = _forwards(model)
     task(x, y)['loss'].backward()
-    # both recorders own the task: the newer one (the bare recorder) binds, the optimizer's is stale and closes
-    assert recorder.state is RecorderState.BOUND and opt.recorder.state is RecorderState.CLOSED
-    assert len(recorder.calls) == 1 and recorder.calls[0].args[0] is x
-    del task
-    gc.collect()  # a collected task: the recorder drops the record and waits for a new one
-    assert recorder.state is RecorderState.WAITING and recorder.calls == [] and task_capture.is_watching()
-    recorder.close()
-    assert recorder.state is RecorderState.CLOSED and _no_sam_alive()
-    ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)(x, y)
-    assert recorder.state is RecorderState.CLOSED and recorder.calls == []  # closed is final
+    # both own the task: the newer one binds and replays, the older one is stale and records nothing
+    assert not task_capture.is_watching()
+    with pytest.raises(RuntimeError, match='captured since the last step .*a newer SAM over the same parameters took'):
+        older.step()
+    newer.step()
+    assert forwards == [8, 8]
+    del task, x, y
+    gc.collect()  # a collected task: the batch is dropped and the SAM waits for a new task
+    assert x_ref() is None and task_capture.is_watching()
+    newer_ref = weakref.ref(newer)
+    del newer
+    assert newer_ref() is None and _no_sam_alive()  # the stale one waits for nothing
+    assert not _call_is_held(ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False))  # closed is final
 
 
 def test_closure_or_explicit_use_closes_the_recorder():
     assert _no_sam_alive()
     model = _model()
     x, y = _batch()
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     opt.step(lambda: F.cross_entropy(model(x), y).backward())
-    assert opt.recorder.state is RecorderState.CLOSED and _no_sam_alive()
+    assert _no_sam_alive() and not _call_is_held(task)
     opt2 = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     F.cross_entropy(model(x), y).backward()
     opt2.first_step()
-    assert opt2.recorder.state is RecorderState.CLOSED and _no_sam_alive()
+    assert _no_sam_alive()
     F.cross_entropy(model(x), y).backward()
     opt2.second_step()
+    assert not _call_is_held(task)
+    task(x, y)['loss'].backward()
+    with pytest.raises(RuntimeError, match='task capture was turned off'):
+        opt2.step()
 
 
 def test_a_collected_waiting_sam_restores_the_task_class():
     assert _no_sam_alive()
     opt = SAM(torch.optim.SGD(_model().parameters(), lr=0.1))
-    assert task_capture.is_watching() and '__call__' in TrainingTask.__dict__
+    assert task_capture.is_watching() and TrainingTask.__call__ is not _TASK_CALL
     del opt
     gc.collect()
-    assert not task_capture.is_watching() and '__call__' not in TrainingTask.__dict__
+    assert not task_capture.is_watching() and TrainingTask.__call__ is _TASK_CALL
 
 
 _COMPILE_AFTER_SAM = textwrap.dedent("""
@@ -156,20 +188,19 @@ def test_record_is_dropped_at_step_and_nothing_leaks():
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
     x, y = _batch()
     x_ref = weakref.ref(x)
+    forwards = _forwards(model)
     task(x, y)['loss'].backward()
-    with torch.no_grad():
-        task(x, y)  # no-grad calls (e.g. evaluation through the task) are not recorded
-    assert len(opt.recorder.calls) == 1
+    assert not _call_is_held(task, grad=False)  # no-grad calls (e.g. evaluation through the task) are not recorded
     opt.step()
-    assert opt.recorder.calls == []  # the replay itself was not recorded either
+    assert forwards == [8, 8, 8]  # the first pass, the no-grad call, one replay (of the recorded call only)
     del x, y
     gc.collect()
-    assert x_ref() is None
+    assert x_ref() is None  # the replay itself was not recorded either
+    opt.zero_grad()
     opt_ref = weakref.ref(opt)
     del opt
     assert opt_ref() is None  # nothing keeps the optimizer alive, not even a reference cycle
-    assert not task._forward_pre_hooks  # and its hook went with it
-    task(*_batch())
+    assert not _call_is_held(task)  # and its hook went with it
 
 
 class _WeightedTask(TrainingTask):

@@ -248,10 +248,10 @@ def test_no_padding_raises_for_a_non_divisible_map():
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    (dict(window_size=0), r'window_size must be a positive int, got 0'),
-    (dict(head_dim=0), r'head_dim must be a positive int, got 0'),
-    (dict(num_heads=-2), r'num_heads must be a positive int, got -2'),
-    (dict(num_heads=2.0), r'num_heads must be a positive int, got 2\.0'),
+    (dict(window_size=0), r'window_size must be a positive integer, got 0'),
+    (dict(head_dim=0), r'head_dim must be a positive integer, got 0'),
+    (dict(num_heads=-2), r'num_heads must be a positive integer, got -2'),
+    (dict(num_heads=2.0), r'num_heads must be a positive integer, got 2\.0'),
 ])
 def test_bad_head_and_window_configs(kwargs, message):
     with pytest.raises(ValueError, match=message):

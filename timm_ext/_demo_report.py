@@ -115,7 +115,7 @@ def plot_curves(runs: Sequence[RunResult], path: Path) -> Path:
 def read_result(name: str, label: str, pieces: Sequence[str], run_dir: Path, wall_s: float,
                 train_images: int, cpu_s: Optional[float] = None) -> RunResult:
     """A run's :class:`RunResult` from its ``summary.csv``; raises RuntimeError when train.py wrote no epoch."""
-    from timm_ext._demo_runner import read_summary
+    from timm_ext._summary_csv import read_summary
 
     rows = read_summary(run_dir / 'summary.csv')
     if not rows:

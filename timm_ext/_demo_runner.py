@@ -6,7 +6,6 @@ Each run is its own process group writing its own log; its finished epochs are c
 rows of the ``summary.csv`` train.py writes after every epoch. Ctrl-C or a failed run stops every
 other run (the whole process group) before the error surfaces, with the failed run's log tail.
 """
-import csv
 import os
 import signal
 import subprocess
@@ -15,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from timm_ext._summary_csv import read_summary
+
 __all__ = ['Job', 'JobFailed', 'Progress', 'available_cores', 'format_eta', 'log_tail',
-           'plan_parallelism', 'read_summary', 'run_jobs', 'schedule']
+           'plan_parallelism', 'run_jobs', 'schedule']
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,6 @@ def plan_parallelism(runs: int, cores: int, jobs: Optional[int] = None) -> Tuple
 def schedule(jobs: Sequence[Job]) -> List[Job]:
     """Longest first (most work), so the last run to start is a short one and the cores finish together."""
     return sorted(jobs, key=lambda j: -j.work)
-
-
-def read_summary(path: Path) -> List[Dict[str, float]]:
-    """train.py's summary.csv as a list of rows (one per finished epoch); empty while it is missing or partial."""
-    try:
-        with open(path, newline='') as f:
-            return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
-    except (OSError, ValueError, TypeError):
-        return []
 
 
 def log_tail(path: Path, lines: int = 8) -> str:

@@ -17,6 +17,7 @@ from timm.models import model_entrypoint
 from torch.utils.flop_counter import FlopCounterMode
 
 import timm_ext  # noqa: F401  (registers the models)
+from timm_ext.papers import PAPERS, Paper
 
 __all__ = ['FAMILIES', 'ModelInfo', 'list_timm_ext_models', 'model_info']
 
@@ -24,24 +25,32 @@ __all__ = ['FAMILIES', 'ModelInfo', 'list_timm_ext_models', 'model_info']
 @dataclass(frozen=True)
 class Family:
     name: str
-    paper: str
-    arxiv: str
+    slug: Optional[str] = None  # the paper's key in timm_ext.papers.PAPERS
+
+    @property
+    def source(self) -> Optional[Paper]:
+        return PAPERS[self.slug] if self.slug else None
+
+    @property
+    def paper(self) -> str:
+        """``Park & Kim, How Do Vision Transformers Work?, ICLR 2022`` ('' without a paper)."""
+        return self.source.cite if self.source else ''
 
     @property
     def cite(self) -> str:
         """``Hyeon-Woo et al., ICCV 2023``: the authors and venue of ``paper``."""
-        authors, *_, venue = self.paper.split(', ')
-        return f'{authors}, {venue}'
+        return self.source.short_cite if self.source else ''
+
+    @property
+    def arxiv(self) -> str:
+        return self.source.arxiv if self.source else ''
 
 
-_CB = Family('Context Broadcasting', 'Hyeon-Woo et al., Scratching Visual Transformer\'s Back with Uniform '
-             'Attention, ICCV 2023', '2210.08457')
-_STEM = Family('Scaled-ReLU conv stem', 'Wang et al., Scaled ReLU Matters for Training Vision Transformers, '
-               'AAAI 2022', '2109.03810')
-_ALTERNET = Family('AlterNet', 'Park & Kim, How Do Vision Transformers Work?, ICLR 2022', '2202.06709')
-_VIT_SAM = Family('ViT-SAM Mixer /8', 'Chen et al., When Vision Transformers Outperform ResNets without Pretraining '
-                   'or Strong Data Augmentations, ICLR 2022', '2106.01548')
-_HDVW = Family('how-do-vits-work baselines', 'Park & Kim, How Do Vision Transformers Work?, ICLR 2022', '2202.06709')
+_CB = Family('Context Broadcasting', 'context-broadcasting')
+_STEM = Family('Scaled-ReLU conv stem', 'scaled-relu')
+_ALTERNET = Family('AlterNet', 'how-do-vits-work')
+_VIT_SAM = Family('ViT-SAM Mixer /8', 'vit-sam')
+_HDVW = Family('how-do-vits-work baselines', 'how-do-vits-work')
 
 # the module that registers a model -> its family (a new family module must be added here; a test checks it)
 FAMILIES: Dict[str, Family] = {
@@ -83,7 +92,7 @@ def list_timm_ext_models(pattern: Optional[str] = None) -> List[str]:
 def model_info(name: str) -> ModelInfo:
     """Family, exact parameter count, GMACs of one image at the native size, and the paper of ``name``."""
     module = model_entrypoint(name).__module__
-    family = FAMILIES.get(module, Family(module.rsplit('.', 1)[-1], '', ''))
+    family = FAMILIES.get(module, Family(module.rsplit('.', 1)[-1]))
     with torch.device('meta'):
         model = timm.create_model(name, pretrained=False)
     # no parameter needs a gradient: FlopCounterMode's module tracker hooks every tensor that does,
@@ -100,6 +109,6 @@ def model_info(name: str) -> ModelInfo:
         input_size=input_size,
         num_classes=model.num_classes,
         paper=family.paper,
-        cite=family.cite if family.paper else '',
+        cite=family.cite,
         arxiv=family.arxiv,
     )

@@ -1,7 +1,7 @@
 """The demo: what timm-ext's pieces bring to a small ViT on real images, trained by timm's own train.py.
 
 scikit-learn's 1,797 real handwritten digits (:mod:`timm_ext.data`) are written once as a 16 px
-ImageFolder, then timm's train.py (found and verified by :mod:`timm_ext.training`) trains every run
+ImageFolder, then timm's train.py (found and verified by :mod:`timm_ext.launch`) trains every run
 with the same data, epochs, schedule and seed; only the model and the optimizer differ:
 
 * ``vit``: timm's own ``vit_tiny_patch16_224`` with ``adamw``, the plain baseline;
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from timm_ext._checks import positive_int, positive_number
 from timm_ext._demo_report import RunResult, contributions, format_table, plot_curves, read_result
 
 __all__ = ['DemoResult', 'DemoRun', 'RunResult', 'contributions', 'demo_runs', 'format_table', 'plot_curves',
@@ -129,12 +130,6 @@ def _choose_output_dir(output: Optional[os.PathLike]) -> Path:
     return output
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f'{name} must be a positive integer, got {value!r}')
-    return value
-
-
 def run_demo(
         output: Optional[os.PathLike] = None,
         epochs: Optional[int] = None,
@@ -153,15 +148,14 @@ def run_demo(
     """
     from timm_ext._demo_runner import Job, available_cores, plan_parallelism, run_jobs
     from timm_ext.data import digits_image_folder
-    from timm_ext.training import build_train_command, child_env
+    from timm_ext.launch.commands import build_train_command, child_env
 
     if epochs is None:
         epochs = QUICK_EPOCHS if quick else DEFAULT_EPOCHS
-    _positive_int('--epochs', epochs)
+    positive_int('--epochs', epochs)
     if jobs is not None:
-        _positive_int('--jobs', jobs)
-    if not rho > 0:
-        raise ValueError(f'--rho must be > 0, got {rho!r}')
+        positive_int('--jobs', jobs)
+    positive_number('--rho', rho)
     runs = demo_runs(quick, rho)
     cores = available_cores()
     lanes, threads = plan_parallelism(len(runs), cores, jobs)

@@ -228,7 +228,8 @@ def _cuda_device(torch: Any, index: int) -> Dict[str, Any]:
 def _script(name: str, path: Optional[str], allow_unverified: bool, offline: List[str], timm_ok: bool,
             required: bool) -> Check:
     """Which ``name`` a run would use (given, $TIMM_EXT_TIMM_TRAIN, cache, or a download) and whether it is known."""
-    from timm_ext.scripts import ENV_SCRIPT, ScriptError, locate_script, release_table
+    from timm_ext.launch.find import ENV_SCRIPT, ScriptError, locate_script
+    from timm_ext.launch.release_table import release_table
 
     flag = '--timm-train' if name == 'train.py' else '--timm-validate'
     if not timm_ok:
@@ -268,7 +269,7 @@ def _script(name: str, path: Optional[str], allow_unverified: bool, offline: Lis
 
 def _cache() -> Check:
     """The folder scripts are cached in; it must be writable for a download or a given file to be kept."""
-    from timm_ext.scripts import ENV_CACHE, cache_root
+    from timm_ext.launch.find import ENV_CACHE, cache_root
 
     root = cache_root()
     existing = next(p for p in (root, *root.parents) if p.exists())

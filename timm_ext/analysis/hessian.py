@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from timm_ext._checks import positive_int, positive_number
 from timm_ext.analysis._hooks import LossFn, as_batches, eval_mode, math_attention, mean_loss, model_device
 from timm_ext.analysis._second_order import second_order_activations
 
@@ -156,10 +157,8 @@ def power_iteration(
     Each iteration stops when the Rayleigh quotient changes by less than ``tol`` relative to itself
     (PyHessian's rule; the how-do-vits-work spectra were made with it) or after ``max_iter`` products.
     """
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f'k must be a positive int, got {k!r}')
-    if not isinstance(max_iter, int) or isinstance(max_iter, bool) or max_iter < 1:
-        raise ValueError(f'max_iter must be a positive int, got {max_iter!r}')
+    positive_int('k', k)
+    positive_int('max_iter', max_iter)
     generator = torch.Generator().manual_seed(seed)
     values: List[float] = []
     vectors: List[Vector] = []
@@ -246,8 +245,7 @@ def hessian_trace(
         train: bool = False,
 ) -> Dict[str, float]:
     """Hutchinson's estimate ``E_v[v^T H v]`` (Rademacher ``v``): ``{'trace', 'std_error', 'samples'}``."""
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-        raise ValueError(f'samples must be a positive int, got {samples!r}')
+    positive_int('samples', samples)
     generator = torch.Generator().manual_seed(seed)
     with hessian_context(model, train):
         op = HessianOperator(model, loss_fn, batches, weight_decay)
@@ -299,9 +297,8 @@ def hessian_spectrum_density(
 
     Smooth them with :func:`spectrum_density_on_grid` to plot the density.
     """
-    for name, value in (('iterations', iterations), ('runs', runs)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f'{name} must be a positive int, got {value!r}')
+    positive_int('iterations', iterations)
+    positive_int('runs', runs)
     generator = torch.Generator().manual_seed(seed)
     nodes, weights = [], []
     with hessian_context(model, train):
@@ -321,8 +318,7 @@ def spectrum_density_on_grid(
         sigma: float,
 ) -> torch.Tensor:
     """Gaussian-smoothed density ``sum_i w_i N(grid; node_i, sigma^2)`` (integrates to sum(w))."""
-    if not sigma > 0:
-        raise ValueError(f'sigma must be > 0, got {sigma!r}')
+    positive_number('sigma', sigma)
     z = (grid.double()[:, None] - nodes.double()[None, :]) / sigma
     return (torch.exp(-0.5 * z * z) * weights.double()[None, :]).sum(-1) / (sigma * math.sqrt(2 * math.pi))
 
@@ -343,8 +339,7 @@ def noisy_loss(
     """
     if not isinstance(sigma, (int, float)) or isinstance(sigma, bool) or sigma < 0:
         raise ValueError(f'sigma must be a float >= 0, got {sigma!r}')
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-        raise ValueError(f'samples must be a positive int, got {samples!r}')
+    positive_int('samples', samples)
     batches = as_batches(batches)
     params = list(model.parameters())
     saved = [p.detach().clone() for p in params]

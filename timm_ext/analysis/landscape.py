@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from timm_ext._checks import positive_number
 from timm_ext.analysis._hooks import LossFn, as_batches, eval_mode, mean_loss
 
 __all__ = ['DEFAULT_IGNORE', 'filter_normalized_direction', 'loss_landscape_1d', 'loss_landscape_2d']
@@ -55,8 +56,7 @@ def _regularised_loss(model: nn.Module, loss_fn: LossFn, batches, weight_decay: 
 def _grid(span: float, steps: int) -> torch.Tensor:
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
         raise ValueError(f'steps must be an int >= 2, got {steps!r}')
-    if not span > 0:
-        raise ValueError(f'span must be > 0, got {span!r}')
+    positive_number('span', span)
     grid = torch.linspace(-span, span, steps, dtype=torch.float64)
     grid[grid.abs() < 1e-12 * span] = 0.0  # the centre is exactly w
     return grid

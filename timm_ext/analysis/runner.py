@@ -8,6 +8,7 @@
 * :func:`run_metric`: the measurement, ``<out>/<metric>.json``, ``<out>/<metric>.csv``, ``<out>/<metric>.png``.
 """
 import csv
+import inspect
 import json
 import math
 import os
@@ -19,9 +20,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from timm_ext._checks import positive_int
+
 __all__ = [
-    'METRICS', 'LOSS_METRICS', 'MetricResult', 'build_model', 'load_batches', 'parse_kwargs', 'progress_total',
-    'run_metric',
+    'METRICS', 'LOSS_METRICS', 'METRIC_OPTIONS', 'MetricResult', 'build_model', 'load_batches', 'metric_options',
+    'option_default', 'parse_kwargs', 'progress_total', 'run_metric',
 ]
 
 # metric -> what it measures (the CLI's help lists these)
@@ -40,6 +43,8 @@ METRICS: Dict[str, str] = {
     'lesion': 'top-1 with each MSA/MLP/block removed (how-do-vits-work Fig. 10b)',
     'activity': 'fraction of active GELU/ReLU neurons per layer (SAM paper Fig. 2)',
 }
+# the options run_metric passes on to the library functions (their keyword names)
+METRIC_OPTIONS = ('k', 'max_iter', 'weight_decay', 'samples', 'runs', 'iterations', 'sigma', 'steps', 'span', 'seed')
 # measured on the training split by default, as the papers do; the others on the validation split
 LOSS_METRICS = ('hessian', 'trace', 'density', 'noise', 'landscape', 'landscape2d')
 
@@ -120,9 +125,8 @@ def load_batches(
     """
     from timm.data import ImageDataset, create_transform, resolve_data_config
 
-    for label, value in (('--batch-size', batch_size), ('--batches', batches)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f'{label} must be a positive integer, got {value!r}')
+    positive_int('--batch-size', batch_size)
+    positive_int('--batches', batches)
     root, digits = _data_root(data, split)
     config = dict(DIGITS_INPUT) if digits else resolve_data_config({}, model=model)
     size = img_size or _model_img_size(model)
@@ -142,13 +146,44 @@ def load_batches(
     return out
 
 
+def _tuned_function(metric: str) -> Optional[Callable]:
+    """The library function whose keyword arguments are ``metric``'s options (None: it takes none)."""
+    from timm_ext import analysis as A
+
+    return {'hessian': A.hessian_max_eigenvalue_spectrum, 'trace': A.hessian_trace,
+            'density': A.hessian_spectrum_density, 'noise': A.noisy_loss, 'landscape': A.loss_landscape_1d,
+            'landscape2d': A.loss_landscape_2d}.get(metric)
+
+
+def option_default(metric: str, option: str) -> Any:
+    """The default of ``option`` for ``metric``: the library function's own (the CLI help shows it)."""
+    fn = _tuned_function(metric)
+    if fn is None or option not in METRIC_OPTIONS or option not in inspect.signature(fn).parameters:
+        raise ValueError(f'{metric} takes no option {option!r}')
+    return inspect.signature(fn).parameters[option].default
+
+
+def metric_options(metric: str, options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The entries of ``options`` that ``metric``'s library function takes; the others are for other metrics.
+
+    ``samples`` counts Hutchinson probes (trace) or noise draws (noise); density's Lanczos runs are ``runs``.
+    """
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(METRIC_OPTIONS))
+    if unknown:
+        raise ValueError(f'unknown analysis option {unknown[0]!r}: choose from {", ".join(METRIC_OPTIONS)}')
+    if metric == 'density' and 'samples' in options:
+        raise ValueError('density counts Lanczos runs with runs= (--runs), not samples=')
+    fn = _tuned_function(metric)
+    accepted = inspect.signature(fn).parameters if fn is not None else {}
+    return {k: v for k, v in options.items() if k in accepted}
+
+
 def progress_total(metric: str, num_batches: int, options: Optional[Dict[str, Any]] = None) -> int:
     """How many times :func:`run_metric` calls ``progress(1)`` for ``metric``: a progress bar's total."""
-    o = options or {}
-    if metric == 'landscape':
-        return int(o.get('steps', 21))
-    if metric == 'landscape2d':
-        return int(o.get('steps', 11)) ** 2
+    if metric in ('landscape', 'landscape2d'):
+        steps = int(metric_options(metric, options).get('steps', option_default(metric, 'steps')))
+        return steps if metric == 'landscape' else steps ** 2
     if metric in ('trace', 'density', 'noise'):
         return 1
     if metric == 'lesion':
@@ -219,8 +254,15 @@ class _Job:
     def images(self):
         return _ticking([x for x, _ in self.batches], self.tick)
 
-    def opt(self, key: str, default: Any) -> Any:
-        return type(default)(self.options.get(key, default))
+    def call(self, fn: Callable, *args: Any, **fixed: Any) -> Any:
+        """``fn(*args, **options, **fixed)`` with the options ``fn`` takes; the rest keep ``fn``'s defaults."""
+        accepted = inspect.signature(fn).parameters
+        return fn(*args, **{k: v for k, v in self.options.items() if k in accepted}, **fixed)
+
+    @property
+    def weight_decay(self) -> float:
+        """The weight decay the loss metrics add (0 unless given), for their JSON."""
+        return self.options.get('weight_decay', 0.0)
 
 
 # each metric: (job) -> (summary for the JSON, CSV header, CSV rows, plot path or None)
@@ -278,10 +320,8 @@ def _hessian(job: _Job) -> Measured:
     from timm_ext.analysis import hessian_max_eigenvalue_spectrum, nep_ape
     from timm_ext.analysis.plots import plot_eigenvalues
 
-    wd = job.opt('weight_decay', 0.0)
-    spectrum = hessian_max_eigenvalue_spectrum(
-        job.model, F.cross_entropy, job.batches, k=job.opt('k', 5), weight_decay=wd,
-        max_iter=job.opt('max_iter', 100), seed=job.opt('seed', 0), progress=job.tick)
+    wd = job.weight_decay
+    spectrum = job.call(hessian_max_eigenvalue_spectrum, job.model, F.cross_entropy, job.batches, progress=job.tick)
     pooled = [v for s in spectrum for v in s]
     nep, ape = nep_ape(pooled)
     rows = [[b, r, v] for b, s in enumerate(spectrum) for r, v in enumerate(s)]
@@ -293,8 +333,7 @@ def _hessian(job: _Job) -> Measured:
 def _trace(job: _Job) -> Measured:
     from timm_ext.analysis import hessian_trace
 
-    summary = hessian_trace(job.model, F.cross_entropy, job.batches, samples=job.opt('samples', 100),
-                            weight_decay=job.opt('weight_decay', 0.0), seed=job.opt('seed', 0))
+    summary = job.call(hessian_trace, job.model, F.cross_entropy, job.batches)
     job.tick(1)
     return summary, list(summary), [list(summary.values())], None
 
@@ -304,10 +343,8 @@ def _density(job: _Job) -> Measured:
     from timm_ext.analysis.hessian import spectrum_density_on_grid
     from timm_ext.analysis.plots import plot_eigenvalues
 
-    wd = job.opt('weight_decay', 0.0)
-    nodes, weights = hessian_spectrum_density(
-        job.model, F.cross_entropy, job.batches, iterations=job.opt('iterations', 30), runs=job.opt('samples', 1),
-        weight_decay=wd, seed=job.opt('seed', 0))
+    wd = job.weight_decay
+    nodes, weights = job.call(hessian_spectrum_density, job.model, F.cross_entropy, job.batches)
     job.tick(1)
     rows = [[float(a), float(b)] for a, b in zip(nodes, weights)]
     drawn = None
@@ -323,8 +360,7 @@ def _density(job: _Job) -> Measured:
 def _noise(job: _Job) -> Measured:
     from timm_ext.analysis import noisy_loss
 
-    summary = noisy_loss(job.model, F.cross_entropy, job.batches, sigma=job.opt('sigma', 0.01),
-                         samples=job.opt('samples', 10), seed=job.opt('seed', 0))
+    summary = job.call(noisy_loss, job.model, F.cross_entropy, job.batches)
     job.tick(1)
     return summary, list(summary), [list(summary.values())], None
 
@@ -333,9 +369,7 @@ def _landscape(job: _Job) -> Measured:
     from timm_ext.analysis import loss_landscape_1d
     from timm_ext.analysis.plots import plot_landscape_1d
 
-    res = loss_landscape_1d(job.model, F.cross_entropy, job.batches, steps=job.opt('steps', 21),
-                            span=job.opt('span', 1.0), seed=job.opt('seed', 0),
-                            weight_decay=job.opt('weight_decay', 0.0), progress=job.tick)
+    res = job.call(loss_landscape_1d, job.model, F.cross_entropy, job.batches, progress=job.tick)
     rows = [[float(a), float(v)] for a, v in zip(res['alpha'], res['loss'])]
     drawn = plot_landscape_1d({job.label: res}, job.out / 'landscape.png') if job.plot else None
     return dict(res), ['alpha', 'loss'], rows, drawn
@@ -345,9 +379,7 @@ def _landscape2d(job: _Job) -> Measured:
     from timm_ext.analysis import loss_landscape_2d
     from timm_ext.analysis.plots import plot_landscape_2d
 
-    res = loss_landscape_2d(job.model, F.cross_entropy, job.batches, steps=job.opt('steps', 11),
-                            span=job.opt('span', 1.0), seed=job.opt('seed', 0),
-                            weight_decay=job.opt('weight_decay', 0.0), progress=job.tick)
+    res = job.call(loss_landscape_2d, job.model, F.cross_entropy, job.batches, progress=job.tick)
     rows = [[float(a), float(b), float(res['loss'][i, j])] for i, a in enumerate(res['alpha'])
             for j, b in enumerate(res['beta'])]
     drawn = plot_landscape_2d(res, job.out / 'landscape2d.png') if job.plot else None
@@ -397,14 +429,16 @@ def run_metric(
 ) -> MetricResult:
     """Measure ``metric`` (a key of :data:`METRICS`) and write ``<metric>.json``, ``.csv`` and ``.png`` in ``out``.
 
-    ``options`` (all optional): k, max_iter, weight_decay, samples, iterations, sigma, steps, span, seed.
+    ``options`` (all optional; each metric uses the ones its library function takes, with that function's
+    defaults): k, max_iter, weight_decay, samples, runs, iterations, sigma, steps, span, seed.
     ``progress(n)`` is called as batches or iterations finish.
     """
     if metric not in METRICS:
         raise ValueError(f'unknown metric {metric!r}: choose one of {", ".join(METRICS)}')
+    options = metric_options(metric, options)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    job = _Job(model, batches, dict(options or {}), out, progress or (lambda n: None), other, plot)
+    job = _Job(model, batches, options, out, progress or (lambda n: None), other, plot)
     summary, header, rows, drawn = _MEASURE[metric](job)
     json_path = out / f'{metric}.json'
     json_path.write_text(json.dumps(_jsonable(dict(metric=metric, model=job.label, **summary)), indent=2))

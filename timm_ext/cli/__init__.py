@@ -3,7 +3,7 @@
 Each subcommand is one small module of this package with two functions:
 
 * ``add_parser(subparsers) -> argparse.ArgumentParser``: registers the subcommand and its options;
-* ``run(args, extra) -> int``: does the work by calling the library (``timm_ext.scripts``,
+* ``run(args, extra) -> int``: does the work by calling the library (``timm_ext.launch``,
   ``timm_ext.recipes``, ...) and returns the exit code. ``extra`` holds the arguments argparse did
   not know; only subcommands whose module sets ``PASSTHROUGH = True`` (train, validate) accept them.
 

@@ -5,15 +5,15 @@ import sys
 from typing import List, Optional
 
 from timm_ext.cli._errors import CliError
-from timm_ext.scripts import ScriptError, TimmScript, find_script
-from timm_ext.training import child_env
+from timm_ext.launch import commands
+from timm_ext.launch.find import TimmScript
 
 
 def resolve_script(name: str, path: Optional[str], allow_unverified: bool) -> TimmScript:
     """timm's ``name`` for the installed timm; a problem becomes a one-line CliError, notes go to stderr."""
     try:
-        script = find_script(name, path=path, allow_unverified=allow_unverified)
-    except ScriptError as e:
+        script = commands.resolve_script(name, path, allow_unverified)
+    except commands.TrainConfigError as e:
         raise CliError(str(e)) from None
     for note in script.notes:
         print(f'timm-ext: note: {note}', file=sys.stderr)
@@ -27,5 +27,5 @@ def run_child(cmd: List[str], dry_run: bool = False) -> int:
         print(line)
         return 0
     print(f'timm-ext: running {line}', file=sys.stderr, flush=True)
-    code = subprocess.run(cmd, env=child_env()).returncode
+    code = subprocess.run(cmd, env=commands.child_env()).returncode
     return code if code >= 0 else 128 - code

@@ -1,12 +1,14 @@
 """``timm-ext analyze METRIC``: one of the papers' diagnostics on a model and images, as JSON, CSV and a plot."""
 import argparse
+import inspect
 from typing import List
 
 from timm_ext.cli._errors import CliError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from timm_ext.analysis.runner import LOSS_METRICS, METRICS
+    from timm_ext.analysis.runner import LOSS_METRICS, METRICS, load_batches
+    from timm_ext.analysis.runner import option_default as d
 
     metrics = '\n'.join(f'  {name:12s} {text}' for name, text in METRICS.items())
     parser = subparsers.add_parser(
@@ -33,29 +35,36 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('--out', metavar='DIR', default='timm-ext-analysis', help='output folder (created)')
     parser.add_argument('--batches', type=int, default=4, help='number of batches (default 4)')
     parser.add_argument('--batch-size', type=int, default=16, help='images per batch (default 16, as App. A.1)')
-    parser.add_argument('--k', type=int, default=5, help='hessian: eigenvalues per batch (default 5)')
-    parser.add_argument('--max-iter', type=int, default=100, help='hessian: power iterations (default 100)')
-    parser.add_argument('--weight-decay', type=float, default=0.0,
-                        help='hessian/trace/density/landscape: add weight_decay/2 ||w||^2 to the loss')
-    parser.add_argument('--samples', type=int, default=None,
-                        help='trace: Hutchinson samples (100); density: Lanczos runs (1); noise: draws (10)')
-    parser.add_argument('--iterations', type=int, default=30, help='density: Lanczos steps (default 30)')
-    parser.add_argument('--sigma', type=float, default=0.01, help='noise: std of the weight noise (default 0.01)')
-    parser.add_argument('--steps', type=int, default=None, help='landscape: grid points per axis (21; 2-D: 11)')
-    parser.add_argument('--span', type=float, default=1.0, help='landscape: coordinates in [-span, span]')
-    parser.add_argument('--seed', type=int, default=0, help='seed of the data order, directions and probes')
+    # metric options default to None: the library function's own default applies (shown here, not repeated)
+    parser.add_argument('--k', type=int, help=f'hessian: eigenvalues per batch (default {d("hessian", "k")})')
+    parser.add_argument('--max-iter', type=int,
+                        help=f'hessian: power iterations (default {d("hessian", "max_iter")})')
+    parser.add_argument('--weight-decay', type=float,
+                        help='hessian/trace/density/landscape: add weight_decay/2 ||w||^2 to the loss '
+                             f'(default {d("hessian", "weight_decay")})')
+    parser.add_argument('--samples', type=int,
+                        help=f'trace: Hutchinson samples (default {d("trace", "samples")}); noise: noise draws '
+                             f'(default {d("noise", "samples")})')
+    parser.add_argument('--runs', type=int, help=f'density: Lanczos runs (default {d("density", "runs")})')
+    parser.add_argument('--iterations', type=int,
+                        help=f'density: Lanczos steps (default {d("density", "iterations")})')
+    parser.add_argument('--sigma', type=float,
+                        help=f'noise: std of the weight noise (default {d("noise", "sigma")})')
+    parser.add_argument('--steps', type=int, help=f'landscape: grid points per axis (default '
+                                                  f'{d("landscape", "steps")}; 2-D: {d("landscape2d", "steps")})')
+    parser.add_argument('--span', type=float,
+                        help=f'landscape: coordinates in [-span, span] (default {d("landscape", "span")})')
+    parser.add_argument('--seed', type=int, default=inspect.signature(load_batches).parameters['seed'].default,
+                        help='seed of the data order, directions and probes (default %(default)s)')
     parser.add_argument('--no-progress', action='store_true', help='no progress bar')
     return parser
 
 
 def _options(args: argparse.Namespace) -> dict:
-    options = dict(k=args.k, max_iter=args.max_iter, weight_decay=args.weight_decay, iterations=args.iterations,
-                   sigma=args.sigma, span=args.span, seed=args.seed)
-    if args.samples is not None:
-        options['samples'] = args.samples
-    if args.steps is not None:
-        options['steps'] = args.steps
-    return options
+    """The metric options given on the command line (the library's defaults fill in the others)."""
+    from timm_ext.analysis.runner import METRIC_OPTIONS
+
+    return {name: getattr(args, name) for name in METRIC_OPTIONS if getattr(args, name) is not None}
 
 
 def run(args: argparse.Namespace, extra: List[str]) -> int:
@@ -73,6 +82,8 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
         raise CliError(f'unknown metric {args.metric!r}: choose one of {", ".join(METRICS)}')
     if args.model is None and args.checkpoint is None:
         raise CliError('name a model with --model NAME (or give a train.py --checkpoint that records it)')
+    if args.samples is not None and args.metric == 'density':
+        raise CliError('density counts Lanczos runs with --runs N, not --samples')
     if (args.other_model or args.other_checkpoint) and args.metric != 'cka':
         raise CliError(f'--other-model/--other-checkpoint are for the cka metric only, not {args.metric!r}')
     split = args.split or ('train' if args.metric in LOSS_METRICS else 'validation')

@@ -41,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, extra: List[str]) -> int:
     from timm_ext.demo import run_demo
-    from timm_ext.training import TrainConfigError
+    from timm_ext.launch.commands import TrainConfigError
 
     for option in ('model', 'baseline'):
         if getattr(args, option) is not None:

@@ -24,7 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, extra: List[str]) -> int:
-    from timm_ext.script_patches import patch_script
+    from timm_ext.launch.patches import patch_script
 
     out = args.out if args.out is not None else args.path.parent / DEFAULT_NAME
     try:

@@ -2,10 +2,12 @@
 import argparse
 import shutil
 import sys
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from timm_ext.cli._errors import CliError
 from timm_ext.cli._scripts import resolve_script
+from timm_ext.launch.find import load_script_parser
 from timm_ext.recipes import (
     PaperRow,
     RecipeError,
@@ -21,10 +23,9 @@ from timm_ext.recipes import (
     load_paper_values,
     load_recipe,
     packaged_row,
+    readme_with_index,
     recipes_dir,
-    write_index,
 )
-from timm_ext.scripts import load_script_parser
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -75,13 +76,25 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
             return 0
         if args.action == 'index':
             if args.write:
-                print(write_index())
+                print(_write_index(recipes_dir() / 'index.csv'))
             else:
                 print((format_index_markdown if args.markdown else format_index)(build_index()), end='')
             return 0
         return _check(args)
     except RecipeError as e:
         raise CliError(str(e)) from None
+
+
+def _write_index(path: Path) -> Path:
+    """Regenerate ``path`` (recipes/index.csv) from the paper-values tables, and the table between the
+    ``INDEX_MARKERS`` of the README.md beside it."""
+    index = build_index()
+    path.write_text(format_index(index))
+    readme = path.parent / 'README.md'
+    text = readme_with_index(readme.read_text(), index) if readme.is_file() else None
+    if text is not None:
+        readme.write_text(text)
+    return path
 
 
 def _listing() -> List[Dict[str, str]]:

@@ -4,7 +4,7 @@ from typing import List
 
 from timm_ext.cli._errors import CliError
 from timm_ext.cli._scripts import resolve_script, run_child
-from timm_ext.training import TrainConfigError, build_validate_command
+from timm_ext.launch.commands import TrainConfigError, build_validate_command
 
 PASSTHROUGH = True
 

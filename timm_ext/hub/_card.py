@@ -6,42 +6,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from timm_ext.papers import PAPERS, Paper
+
 __all__ = ['CardInfo', 'PAPERS', 'model_card']
 
-
-@dataclass(frozen=True)
-class Paper:
-    cite: str
-    arxiv: str
-    bibtex: str
-
-
-# recipe paper slugs (recipes/<paper>/...) -> the paper
-PAPERS: Dict[str, Paper] = {
-    'how-do-vits-work': Paper(
-        'Park & Kim, How Do Vision Transformers Work?, ICLR 2022', '2202.06709',
-        '@inproceedings{park2022how,\n  title={How Do Vision Transformers Work?},\n'
-        '  author={Park, Namuk and Kim, Songkuk},\n'
-        '  booktitle={International Conference on Learning Representations},\n  year={2022}\n}'),
-    'vit-sam': Paper(
-        'Chen et al., When Vision Transformers Outperform ResNets without Pre-training or Strong Data '
-        'Augmentations, ICLR 2022', '2106.01548',
-        '@inproceedings{chen2022when,\n  title={When Vision Transformers Outperform {ResNets} without Pre-training '
-        'or Strong Data Augmentations},\n  author={Chen, Xiangning and Hsieh, Cho-Jui and Gong, Boqing},\n'
-        '  booktitle={International Conference on Learning Representations},\n  year={2022}\n}'),
-    'context-broadcasting': Paper(
-        'Hyeon-Woo et al., Scratching Visual Transformer\'s Back with Uniform Attention, ICCV 2023', '2210.08457',
-        '@inproceedings{hyeonwoo2023scratching,\n  title={Scratching Visual Transformer\'s Back with Uniform '
-        'Attention},\n  author={Hyeon-Woo, Nam and Yu-Ji, Kim and Heo, Byeongho and Han, Dongyoon and Oh, Seong Joon '
-        'and Oh, Tae-Hyun},\n  booktitle={Proceedings of the IEEE/CVF International Conference on Computer Vision '
-        '(ICCV)},\n  year={2023}\n}'),
-    'scaled-relu': Paper(
-        'Wang et al., Scaled ReLU Matters for Training Vision Transformers, AAAI 2022', '2109.03810',
-        '@inproceedings{wang2022scaled,\n  title={Scaled {ReLU} Matters for Training Vision Transformers},\n'
-        '  author={Wang, Pichao and Wang, Xue and Luo, Hao and Zhou, Jingkai and Zhou, Zhipeng and Wang, Fan and '
-        'Li, Hao and Jin, Rong},\n  booktitle={Proceedings of the AAAI Conference on Artificial Intelligence},\n'
-        '  year={2022}\n}'),
-}
 _TIMM_BIBTEX = ('@misc{rw2019timm,\n  author={Ross Wightman},\n  title={PyTorch Image Models},\n  year={2019},\n'
                 '  publisher={GitHub},\n  howpublished={\\url{https://github.com/huggingface/pytorch-image-models}},\n'
                 '  doi={10.5281/zenodo.4414861}\n}')
@@ -130,9 +98,8 @@ def _papers(arch: str, recipe: Optional[Dict[str, Any]]) -> Dict[str, Paper]:
     papers: Dict[str, Paper] = {}
     base = get_arch_name(arch)
     family = FAMILIES.get(model_entrypoint(base).__module__) if is_model(base) else None
-    for slug, paper in PAPERS.items():
-        if family is not None and paper.arxiv == family.arxiv:
-            papers[slug] = paper
+    if family is not None and family.slug:
+        papers[family.slug] = PAPERS[family.slug]
     slug = (recipe or {}).get('paper')
     if slug in PAPERS:
         papers.setdefault(slug, PAPERS[slug])

@@ -16,8 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import timm
 import torch.nn as nn
 from timm.layers import to_2tuple
-from timm.models import get_arch_name, is_model
-from timm.models._pretrained import PretrainedCfg
+from timm.models import PretrainedCfg, get_arch_name, is_model
 
 from timm_ext.hub._card import CardInfo, model_card
 from timm_ext.hub._errors import HubError, first_line
@@ -34,7 +33,7 @@ _WEIGHT_SUFFIXES = ('.safetensors', '.bin', '.pth', '.pth.tar', '.pt', '.ckpt', 
 # where the source weights came from and what they were: wrong for the exported weights
 _SOURCE_KEYS = ('url', 'file', 'state_dict', 'hf_hub_id', 'hf_hub_filename', 'source', 'tag', 'origin_url', 'notes',
                 'description')
-_CFG_FIELDS = tuple(f.name for f in dataclasses.fields(PretrainedCfg))
+CFG_FIELDS = tuple(f.name for f in dataclasses.fields(PretrainedCfg))
 # create_model arguments that place or wrap the model, not describe it (as timm >= 1.0.31 excludes them)
 _RUNTIME_ARGS = ('device', 'dtype', 'pretrained_model_args', 'pretrained_cfg', 'pretrained_cfg_overlay', 'cache_dir',
                  'checkpoint_path', 'pretrained_strict', 'scriptable', 'exportable', 'no_jit', 'features_only',
@@ -59,7 +58,7 @@ def hub_config(
     if not arch:
         raise HubError(f'{type(model).__name__} has no pretrained_cfg architecture: create it with timm.create_model')
     args = _model_args(model, model_args)
-    pretrained_cfg = {k: v for k, v in cfg.items() if k in _CFG_FIELDS and k not in _SOURCE_KEYS and v is not None}
+    pretrained_cfg = {k: v for k, v in cfg.items() if k in CFG_FIELDS and k not in _SOURCE_KEYS and v is not None}
     pretrained_cfg.pop('architecture', None)
     pretrained_cfg['custom_load'] = False  # a native timm state_dict
     if cfg.get('num_classes') != model.num_classes:
@@ -210,7 +209,7 @@ def _read_config(path: Path, shown: Path) -> Dict[str, Any]:
     arch = get_arch_name(config['architecture'])
     if not is_model(arch):
         raise HubError(unknown_architecture(config['architecture'], shown))
-    unknown = sorted(set(config['pretrained_cfg']) - set(_CFG_FIELDS))
+    unknown = sorted(set(config['pretrained_cfg']) - set(CFG_FIELDS))
     if unknown:
         raise HubError(f'{shown}: pretrained_cfg key {unknown[0]!r} is not a field of timm {timm.__version__}\'s '
                        f'PretrainedCfg; remove it')

@@ -1,7 +1,8 @@
 """``timm.create_model`` for ``hf-hub:`` / ``local-dir:`` names, with one-line errors that name the file and the fix.
 
 timm's own failures here are a hub exception with a multi-line message, ``RuntimeError: Unknown model``
-without the config file it came from, or a ``load_state_dict`` report of every mismatched tensor.
+without the config file it came from, or a ``load_state_dict`` report of every mismatched tensor. Each is
+recognised by its exception type, where it was raised, or a check of config.json, never by its wording.
 """
 import json
 from pathlib import Path
@@ -9,10 +10,10 @@ from typing import Any, Optional, Union
 
 import timm
 import torch.nn as nn
-from timm.models._factory import parse_model_name
+from timm.models import get_arch_name, is_model, parse_model_name
 
 from timm_ext.hub._errors import HubError, first_line
-from timm_ext.hub._folder import CONFIG_NAME, WEIGHTS_NAME, unknown_architecture
+from timm_ext.hub._folder import CFG_FIELDS, CONFIG_NAME, WEIGHTS_NAME, unknown_architecture
 
 __all__ = ['load_model']
 
@@ -53,24 +54,45 @@ def _explain(model_name: str, cache_dir: Optional[Union[str, Path]], error: Exce
         return f'{Path(ident) / CONFIG_NAME} does not exist: export the folder with `timm-ext export`'
     if isinstance(error, json.JSONDecodeError):
         return f'{config or CONFIG_NAME} is not valid JSON ({text}): export the folder again'
-    if isinstance(error, RuntimeError) and text.startswith('Unknown model'):
-        arch = text[text.find('(') + 1:text.rfind(')')]
-        return unknown_architecture(arch, config or CONFIG_NAME)
-    if type(error).__name__ == 'SafetensorError':
+    from safetensors import SafetensorError
+
+    if isinstance(error, SafetensorError):
         return (f'{weights or WEIGHTS_NAME} is not a readable safetensors file ({text}): it is truncated or '
                 f'corrupt; delete it and download (or export) it again')
-    if isinstance(error, RuntimeError) and text.startswith('Error(s) in loading state_dict'):
-        details = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+    saved = _read_json(config)
+    arch = saved.get('architecture')
+    if isinstance(error, RuntimeError) and isinstance(arch, str) and not is_model(get_arch_name(arch)):
+        return unknown_architecture(arch, config or CONFIG_NAME)
+    if isinstance(error, RuntimeError) and _raised_by(error, nn.Module.load_state_dict):
+        details = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]  # shown, not parsed
         mismatch = (details[0] if details else text)[:240]
         return (f'{weights or WEIGHTS_NAME} does not fit the model built from {config or CONFIG_NAME}: {mismatch} '
                 f'model_args in config.json must be the arguments the weights were trained with (export again with '
                 f'`timm-ext export --model-kwargs ...`), and keyword arguments given to create_model must agree')
     if isinstance(error, RuntimeError) and weights is not None and pretrained:  # a checkpoint filter refused it
         return f'{weights} could not be loaded with {config or CONFIG_NAME}: {text}'
-    if isinstance(error, TypeError) and 'PretrainedCfg' in text:
+    cfg = saved.get('pretrained_cfg')
+    if isinstance(error, TypeError) and isinstance(cfg, dict) and set(cfg) - set(CFG_FIELDS):
         return (f'{config or CONFIG_NAME}: its pretrained_cfg has a key timm {timm.__version__} does not know '
                 f'({text}); export the folder again with `timm-ext export`')
     return None
+
+
+def _read_json(path: Optional[Union[str, Path]]) -> dict:
+    """config.json's object ({} when there is none or it is not a JSON object)."""
+    try:
+        saved = json.loads(Path(path).read_text()) if path is not None else {}
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def _raised_by(error: BaseException, function: Any) -> bool:
+    """Whether ``function`` itself raised ``error`` (its innermost frame runs ``function``'s code)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code is getattr(function, '__code__', None)
 
 
 def _locations(source: str, ident: str, cache_dir: Optional[Union[str, Path]]):

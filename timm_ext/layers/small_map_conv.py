@@ -14,6 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import get_padding, register_notrace_module
 
+from timm_ext.layers.memory_format import is_channels_last
+
 __all__ = ['SMALL_MAP_PIXELS', 'SmallMapConv2d', 'create_small_map_conv2d']
 
 # Output maps of at most this many pixels take the small-map route: 7 x 7 (ImageNet's last stage) and below.
@@ -38,7 +40,7 @@ class SmallMapConv2d(nn.Conv2d):
 
     def takes_small_map_route(self, x: torch.Tensor) -> bool:
         """Whether ``x`` (CPU, channels-last, output map of at most ``small_map_pixels``) leaves oneDNN's path."""
-        if not (x.is_cpu and x.dim() == 4 and _is_channels_last(x)):
+        if not (x.is_cpu and x.dim() == 4 and is_channels_last(x)):
             return False
         out_h, out_w = self._output_size(x.shape[-2], x.shape[-1])
         return out_h * out_w <= self.small_map_pixels
@@ -66,10 +68,6 @@ class SmallMapConv2d(nn.Conv2d):
         rows = x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])  # (B * H * W, C); a view for a channels-last map
         y = F.linear(rows, self.weight.reshape(self.out_channels, -1), self.bias)
         return y.view(x.shape[0], out_h, out_w, self.out_channels).permute(0, 3, 1, 2)
-
-
-def _is_channels_last(x: torch.Tensor) -> bool:
-    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
 
 
 def create_small_map_conv2d(

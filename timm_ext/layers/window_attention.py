@@ -24,14 +24,13 @@ import torch.nn.functional as F
 from timm.layers import register_notrace_function, trunc_normal_
 from timm.models.swin_transformer import get_relative_position_index
 
+from timm_ext._checks import positive_int
+from timm_ext.layers.memory_format import contiguous_like, is_channels_last
+
 __all__ = [
     'WindowAttention2d', 'raster_rows_to_nchw', 'split_heads', 'window_attention_mask', 'window_partition_nchw',
     'window_reverse_nchw', 'windows_to_raster_rows',
 ]
-
-
-def _is_channels_last(x: torch.Tensor) -> bool:
-    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
 
 
 def _num_windows(height: int, width: int, window_size: int, pad_to_window: bool) -> Tuple[int, int]:
@@ -68,14 +67,14 @@ def window_reverse_nchw(tokens: torch.Tensor, like: torch.Tensor, window_size: i
     C = tokens.shape[-1]
     ws = window_size
     nh, nw = (H + ws - 1) // ws, (W + ws - 1) // ws
-    channels_last = _is_channels_last(like)
+    channels_last = is_channels_last(like)
     x = tokens.reshape(B, nh, nw, ws, ws, C)
     if channels_last:
         x = x.permute(0, 1, 3, 2, 4, 5).reshape(B, nh * ws, nw * ws, C).permute(0, 3, 1, 2)
     else:
         x = x.permute(0, 5, 1, 3, 2, 4).reshape(B, C, nh * ws, nw * ws)
     if nh * ws != H or nw * ws != W:
-        x = x[:, :, :H, :W].contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        x = contiguous_like(x[:, :, :H, :W], like)
     return x
 
 
@@ -99,8 +98,7 @@ def raster_rows_to_nchw(rows: torch.Tensor, like: torch.Tensor, window_size: int
     B, _, H, W = like.shape
     ws = window_size
     x = rows.view(B, (H + ws - 1) // ws * ws, (W + ws - 1) // ws * ws, rows.shape[-1])[:, :H, :W]
-    fmt = torch.channels_last if _is_channels_last(like) else torch.contiguous_format
-    return x.permute(0, 3, 1, 2).contiguous(memory_format=fmt)
+    return contiguous_like(x.permute(0, 3, 1, 2), like)
 
 
 @register_notrace_function  # reason: the window counts and padding follow the input size
@@ -176,9 +174,9 @@ class WindowAttention2d(nn.Module):
     ) -> None:
         dd = {'device': device, 'dtype': dtype}
         super().__init__()
-        for name, value in (('num_heads', num_heads), ('head_dim', head_dim), ('window_size', window_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f'{name} must be a positive int, got {value!r}')
+        positive_int('num_heads', num_heads)
+        positive_int('head_dim', head_dim)
+        positive_int('window_size', window_size)
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.window_size = window_size

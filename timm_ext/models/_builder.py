@@ -6,8 +6,7 @@ weights raises, instead of silently returning a randomly initialised model.
 from typing import Any, Callable, Dict
 
 import torch.nn as nn
-from timm.models import build_model_with_cfg
-from timm.models._builder import resolve_pretrained_cfg
+from timm.models import build_model_with_cfg, resolve_pretrained_cfg
 
 __all__ = ['build_timm_ext_model']
 

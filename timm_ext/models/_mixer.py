@@ -4,19 +4,12 @@ from typing import Any, Callable, Dict, Type
 from timm.models.mlp_mixer import MlpMixer
 
 from timm_ext.models._builder import build_timm_ext_model
+from timm_ext.models._cfgs import model_cfg
 
 
-def mixer_cfg(paper_ids: str, url: str = '', **kwargs: Any) -> Dict[str, Any]:
-    """timm's Mixer-S/B pretrained cfg (224 px, bicubic, mean/std 0.5) citing ``paper_ids``."""
-    return {
-        'url': url,
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None,
-        'crop_pct': 0.875, 'interpolation': 'bicubic', 'fixed_input_size': True,
-        'mean': (0.5, 0.5, 0.5), 'std': (0.5, 0.5, 0.5),
-        'first_conv': 'stem.proj', 'classifier': 'head',
-        'license': 'apache-2.0', 'paper_ids': paper_ids,
-        **kwargs,
-    }
+def mixer_cfg(paper: str, url: str = '', **kwargs: Any) -> Dict[str, Any]:
+    """timm's Mixer-S/B pretrained cfg (224 px, bicubic, mean/std 0.5) citing ``paper`` (a key of PAPERS)."""
+    return model_cfg(paper, 'stem.proj', url, crop_pct=0.875, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), **kwargs)
 
 
 def create_mixer(

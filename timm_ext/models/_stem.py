@@ -12,7 +12,7 @@ user opts in with timm's ``pretrained_strict=False``.
 """
 import logging
 from functools import partial
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type
 
 import torch
 import torch.nn as nn
@@ -20,6 +20,7 @@ from timm.layers import PatchEmbed
 from timm.models.vision_transformer import checkpoint_filter_fn as _vit_checkpoint_filter_fn
 
 from timm_ext.layers.conv_stem import STEM_VARIANTS, ConvStemPatchEmbed, resolve_stem
+from timm_ext.models._builder import build_timm_ext_model
 
 __all__ = [
     'apply_stem_kwargs', 'stem_first_conv', 'with_stem_first_conv', 'reconcile_stem_keys',
@@ -185,3 +186,19 @@ def vit_stem_checkpoint_filter_fn(
     if skipped_proj is not None:
         state_dict['patch_embed.proj.weight'] = skipped_proj  # put back so it is checked and reported
     return reconcile_stem_keys(state_dict, model, strict=strict)
+
+
+def create_stem_vit(cls: Type[nn.Module], variant: str, pretrained: bool, filter_fn: Callable,
+                    default_stem: Optional[str] = None, **kwargs: Any) -> nn.Module:
+    """A ViT-family model whose entrypoint takes ``stem=`` (:func:`apply_stem_kwargs`, ``default_stem`` when not
+    given), with ``filter_fn(strict=pretrained_strict)`` for pretrained weights and timm's ViT feature getter."""
+    out_indices = kwargs.pop('out_indices', 3)
+    kwargs = apply_stem_kwargs(kwargs, default=default_stem)
+    return build_timm_ext_model(
+        cls,
+        variant,
+        pretrained,
+        pretrained_filter_fn=partial(filter_fn, strict=kwargs.get('pretrained_strict', True)),
+        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+        **kwargs,
+    )

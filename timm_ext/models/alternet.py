@@ -30,14 +30,16 @@ from timm.layers import (
     create_conv2d,
     register_notrace_function,
 )
-from timm.models import generate_default_cfgs, register_model
-from timm.models._features import feature_take_indices
-from timm.models._manipulate import checkpoint_seq
+from timm.models import checkpoint_seq, generate_default_cfgs, register_model
 from timm.models.resnetv2 import DownsampleConv, PreActBasic, PreActBottleneck
 
+from timm_ext._checks import is_positive_int, positive_int
+from timm_ext._timm_compat import feature_take_indices
+from timm_ext.layers.memory_format import contiguous_like
 from timm_ext.layers.small_map_conv import create_small_map_conv2d
 from timm_ext.layers.window_attention import WindowAttention2d
 from timm_ext.models._builder import build_timm_ext_model
+from timm_ext.models._cfgs import model_cfg
 from timm_ext.models.alternet_convert import convert_official_alternet, is_official_alternet_state_dict
 
 __all__ = ['AlterNet', 'LocalMsaBlock', 'alternet_msa_indices']  # model_registry will add each entrypoint fn to this
@@ -176,8 +178,7 @@ class AlterNetStage(nn.Module):
 @register_notrace_function  # reason: branches on the input's memory format
 def _memory_format_like(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``x`` in ``like``'s memory format (channels-last when ``like`` is, else contiguous); no copy if it already is."""
-    channels_last = not like.is_contiguous() and like.is_contiguous(memory_format=torch.channels_last)
-    return x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    return contiguous_like(x, like)
 
 
 def _create_stem(stem_type: str, in_chans: int, out_chs: int, **dd) -> nn.Sequential:
@@ -187,10 +188,6 @@ def _create_stem(stem_type: str, in_chans: int, out_chs: int, **dd) -> nn.Sequen
         conv=create_conv2d(in_chans, out_chs, 7, stride=2, **dd),
         pool=nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
     ))
-
-
-def _is_positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _check_args(
@@ -211,10 +208,9 @@ def _check_args(
                 f'msa_blocks={tuple(msa_blocks)}: stage {stage_idx + 1} has {n} blocks, which fits at most '
                 f'{n // 2} MSA blocks (each MSA block follows a Conv block), got {m}.')
     if any(msa_blocks):
-        for name, value in (('window_size', window_size), ('head_dim', head_dim)):
-            if not _is_positive_int(value):
-                raise ValueError(f'{name} must be a positive int, got {value!r}.')
-        if not all(_is_positive_int(h) for h in num_heads):
+        positive_int('window_size', window_size)
+        positive_int('head_dim', head_dim)
+        if not all(is_positive_int(h) for h in num_heads):
             raise ValueError(f'num_heads must be positive ints, one per stage, got {tuple(num_heads)!r}.')
     if stem_type not in _STEM_TYPES:
         raise ValueError(f'Unknown stem_type {stem_type!r}: choose one of {", ".join(_STEM_TYPES)}.')
@@ -424,16 +420,11 @@ def _create_alternet(variant: str, pretrained: bool = False, **kwargs) -> AlterN
     )
 
 
+_CFG = dict(pool_size=(7, 7), crop_pct=0.875, interpolation='bilinear', fixed_input_size=False, classifier='head.fc')
+
+
 def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
-    return {
-        'url': url,
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
-        'crop_pct': 0.875, 'interpolation': 'bilinear',
-        'mean': (0.485, 0.456, 0.406), 'std': (0.229, 0.224, 0.225),
-        'first_conv': 'stem.conv', 'classifier': 'head.fc',
-        'license': 'apache-2.0', 'paper_ids': 'arXiv:2202.06709', 'paper_name': 'How Do Vision Transformers Work?',
-        **kwargs,
-    }
+    return model_cfg('how-do-vits-work', 'stem.conv', url, **{**_CFG, **kwargs})
 
 
 def _cifar_cfg(**kwargs) -> Dict[str, Any]:

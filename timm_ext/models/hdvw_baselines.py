@@ -24,7 +24,6 @@ from typing import Any, Dict, Set
 
 import torch
 import torch.nn as nn
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import generate_default_cfgs, register_model
 from timm.models.pit import PoolingVisionTransformer
 from timm.models.pit import checkpoint_filter_fn as _pit_checkpoint_filter_fn
@@ -34,6 +33,7 @@ from timm.models.swin_transformer import checkpoint_filter_fn as _swin_checkpoin
 from timm.models.vision_transformer import VisionTransformer
 
 from timm_ext.models._builder import build_timm_ext_model
+from timm_ext.models._cfgs import model_cfg
 from timm_ext.models._stem import apply_stem_kwargs, vit_stem_checkpoint_filter_fn
 
 __all__ = ['CifarStemResNet']
@@ -118,20 +118,10 @@ def _create(model_cls, variant: str, pretrained: bool, filter_fn, feature_cfg: D
         model_cls, variant, pretrained, pretrained_filter_fn=filter_fn, feature_cfg=feature_cfg, **kwargs)
 
 
-def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
-    return {
-        'url': url,
-        'num_classes': 1000, 'input_size': (3, 32, 32), 'pool_size': None,
-        'crop_pct': 1.0, 'interpolation': 'bicubic', 'fixed_input_size': True,
-        'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'paper_ids': 'arXiv:2202.06709', 'paper_name': 'How Do Vision Transformers Work?',
-        **kwargs,
-    }
-
-
-def _hdvw_cfg(filename: str, **kwargs) -> Dict[str, Any]:
-    return _cfg(  # the official CIFAR-100 test transform: crop_pct 1.0, bilinear (ops/datasets.py)
-        url=_RELEASE + filename, num_classes=100, mean=_CIFAR100_MEAN, std=_CIFAR100_STD, interpolation='bilinear',
+def _hdvw_cfg(filename: str, first_conv: str, **kwargs) -> Dict[str, Any]:
+    return model_cfg(  # the official CIFAR-100 test transform: crop_pct 1.0, bilinear (ops/datasets.py)
+        'how-do-vits-work', first_conv, _RELEASE + filename, license=None, input_size=(3, 32, 32), crop_pct=1.0,
+        num_classes=100, mean=_CIFAR100_MEAN, std=_CIFAR100_STD, interpolation='bilinear',
         origin_url='https://github.com/xxxnell/how-do-vits-work',
         notes=('CIFAR-100 weights released by the authors (v0.1); licence not stated, no test accuracy reported',),
         **kwargs)

@@ -59,7 +59,7 @@ def _create_mixer_cb(variant: str, pretrained: bool = False, **kwargs) -> MlpMix
 
 
 default_cfgs = generate_default_cfgs({
-    'mixer_s16_cb': mixer_cfg('arXiv:2210.08457'),
+    'mixer_s16_cb': mixer_cfg('context-broadcasting'),
 })
 
 

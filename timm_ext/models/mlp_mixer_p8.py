@@ -34,8 +34,8 @@ def _create_mixer(variant: str, pretrained: bool = False, **kwargs) -> MlpMixer:
 
 
 default_cfgs = generate_default_cfgs({
-    'mixer_s8_224': mixer_cfg('arXiv:2106.01548'),
-    'mixer_b8_224': mixer_cfg('arXiv:2106.01548'),
+    'mixer_s8_224': mixer_cfg('vit-sam'),
+    'mixer_b8_224': mixer_cfg('vit-sam'),
 })
 
 

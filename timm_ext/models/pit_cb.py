@@ -13,12 +13,12 @@ from typing import Any, Dict, Optional, Set
 
 import torch
 import torch.nn as nn
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import checkpoint_seq, generate_default_cfgs, register_model
 from timm.models.pit import PoolingVisionTransformer
 from timm.models.pit import checkpoint_filter_fn as _pit_checkpoint_filter_fn
 
 from timm_ext.models._builder import build_timm_ext_model
+from timm_ext.models._cfgs import model_cfg
 from timm_ext.models.cb_retrofit import (
     CBLayers,
     add_context_broadcast,
@@ -110,15 +110,7 @@ def _create_pit_cb(variant: str, pretrained: bool = False, **kwargs) -> PoolingV
 
 
 def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
-    return {
-        'url': url,
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None,
-        'crop_pct': .9, 'interpolation': 'bicubic', 'fixed_input_size': True,
-        'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'patch_embed.conv', 'classifier': 'head',
-        'license': 'apache-2.0', 'paper_ids': 'arXiv:2210.08457',
-        **kwargs,
-    }
+    return model_cfg('context-broadcasting', 'patch_embed.conv', url, **kwargs)
 
 
 default_cfgs = generate_default_cfgs({

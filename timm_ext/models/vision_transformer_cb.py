@@ -11,16 +11,14 @@ What is ours: the CB layer choice. The paper's best setting puts CB in the "uppe
 listing them; ``vit_*_cb`` use the second half of the blocks (6..11 of 12), ``vit_*_cb_all`` every
 block (the paper's CB-dagger) and ``vit_*_cbs`` CB_S in every block. ``cb_layers=`` overrides.
 """
-from functools import partial
 from typing import Any, Dict, Optional, Set
 
 import torch
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer
 
-from timm_ext.models._builder import build_timm_ext_model
-from timm_ext.models._stem import apply_stem_kwargs, vit_stem_checkpoint_filter_fn
+from timm_ext.models._cfgs import model_cfg
+from timm_ext.models._stem import create_stem_vit, vit_stem_checkpoint_filter_fn
 from timm_ext.models.cb_retrofit import (
     CBLayers,
     add_context_broadcast,
@@ -75,29 +73,12 @@ def checkpoint_filter_fn(
 
 
 def _create_vision_transformer_cb(variant: str, pretrained: bool = False, **kwargs) -> VisionTransformerCB:
-    out_indices = kwargs.pop('out_indices', 3)
-    kwargs = apply_stem_kwargs(kwargs)  # stem='conv' etc. swaps in a conv stem (default: timm's patchify stem)
-    return build_timm_ext_model(
-        VisionTransformerCB,
-        variant,
-        pretrained,
-        pretrained_filter_fn=partial(checkpoint_filter_fn, strict=kwargs.get('pretrained_strict', True)),
-        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
-        **kwargs,
-    )
+    # stem='conv' etc. swaps in a conv stem (default: timm's patchify stem)
+    return create_stem_vit(VisionTransformerCB, variant, pretrained, checkpoint_filter_fn, **kwargs)
 
 
 def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
-    return {
-        'url': url,
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None,
-        'crop_pct': .9, 'interpolation': 'bicubic', 'fixed_input_size': True,
-        'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'patch_embed.proj', 'classifier': 'head',
-        'license': 'apache-2.0', 'paper_ids': 'arXiv:2210.08457',
-        'paper_name': "Scratching Visual Transformer's Back with Uniform Attention",
-        **kwargs,
-    }
+    return model_cfg('context-broadcasting', 'patch_embed.proj', url, **kwargs)
 
 
 default_cfgs = generate_default_cfgs({

@@ -15,15 +15,13 @@ warning): ``pretrained=True, pretrained_cfg_overlay=dict(file='vit_small_patch16
 A checkpoint of another conv-stem variant or width raises, naming both stems (timm's
 ``pretrained_strict=False`` opts in to keeping this model's stem).
 """
-from functools import partial
 from typing import Any, Dict
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer
 
-from timm_ext.models._builder import build_timm_ext_model
-from timm_ext.models._stem import apply_stem_kwargs, vit_stem_checkpoint_filter_fn
+from timm_ext.models._cfgs import model_cfg
+from timm_ext.models._stem import create_stem_vit, vit_stem_checkpoint_filter_fn
 
 __all__ = []  # model_registry will add each entrypoint fn to this; the model class is timm's VisionTransformer
 
@@ -31,29 +29,12 @@ checkpoint_filter_fn = vit_stem_checkpoint_filter_fn
 
 
 def _create_vit_convstem(variant: str, pretrained: bool = False, **kwargs) -> VisionTransformer:
-    out_indices = kwargs.pop('out_indices', 3)
-    kwargs = apply_stem_kwargs(kwargs, default='conv')
-    return build_timm_ext_model(
-        VisionTransformer,
-        variant,
-        pretrained,
-        pretrained_filter_fn=partial(checkpoint_filter_fn, strict=kwargs.get('pretrained_strict', True)),
-        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
-        **kwargs,
-    )
+    return create_stem_vit(VisionTransformer, variant, pretrained, checkpoint_filter_fn, default_stem='conv',
+                           **kwargs)
 
 
 def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
-    return {
-        'url': url,
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None,
-        'crop_pct': .9, 'interpolation': 'bicubic', 'fixed_input_size': True,
-        'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'patch_embed.conv.0', 'classifier': 'head',
-        'license': 'apache-2.0', 'paper_ids': 'arXiv:2109.03810',
-        'paper_name': 'Scaled ReLU Matters for Training Vision Transformers',
-        **kwargs,
-    }
+    return model_cfg('scaled-relu', 'patch_embed.conv.0', url, **kwargs)
 
 
 default_cfgs = generate_default_cfgs({

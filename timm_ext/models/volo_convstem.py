@@ -12,12 +12,12 @@ from functools import partial
 from typing import Any, Dict, List, Optional
 
 import torch
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import generate_default_cfgs, register_model
 from timm.models.volo import VOLO
 
 from timm_ext.layers.conv_stem import ConvStemPatchEmbed, resolve_stem
 from timm_ext.models._builder import build_timm_ext_model
+from timm_ext.models._cfgs import model_cfg
 from timm_ext.models._stem import reconcile_stem_keys, with_stem_first_conv
 
 __all__ = ['VOLOConvStem']  # model_registry will add each entrypoint fn to this
@@ -78,16 +78,8 @@ def _create_volo_convstem(variant: str, pretrained: bool = False, **kwargs) -> V
 
 
 def _cfg(url: str = '', **kwargs) -> Dict[str, Any]:
-    return {
-        'url': url,
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': None,
-        'crop_pct': .96, 'interpolation': 'bicubic', 'fixed_input_size': True,
-        'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'patch_embed.conv.0', 'classifier': ('head', 'aux_head'),
-        'license': 'apache-2.0', 'paper_ids': 'arXiv:2109.03810',
-        'paper_name': 'Scaled ReLU Matters for Training Vision Transformers',
-        **kwargs,
-    }
+    return model_cfg('scaled-relu', 'patch_embed.conv.0', url, crop_pct=.96, classifier=('head', 'aux_head'),
+                     **kwargs)
 
 
 default_cfgs = generate_default_cfgs({

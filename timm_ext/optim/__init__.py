@@ -3,6 +3,8 @@
 ``SAM`` wraps any torch/timm optimizer, ``GSAM`` and ``LookSAM`` are SAM variants built the same way;
 ``import timm_ext`` makes ``timm.optim.create_optimizer_v2`` (and a train.py recipe's ``opt:``) build
 them under the names listed in ``sam_factory`` (``samadamw``, ``gsamadamw``, ``looksamadamw``, ...).
+Each family's settings are declared once, in ``sam_settings``; ``sam_opt_kwargs()`` lists every
+optimizer keyword the family takes that a plain base optimizer does not.
 """
 from timm_ext.optim.gsam import GSAM
 from timm_ext.optim.looksam import LookSAM
@@ -18,8 +20,10 @@ from timm_ext.optim.sam_factory import (
     list_sam_bases,
     register_sam_optimizers,
 )
+from timm_ext.optim.sam_settings import GSAMSettings, LookSAMSettings, SAMSettings, sam_opt_kwargs
 
 register_sam_optimizers()
 
-__all__ = ['ASAM_RHO', 'BatchChunk', 'GSAM', 'LookSAM', 'SAM', 'SAM_BASES', 'SAM_RHO', 'create_gsam',
-           'create_looksam', 'create_sam', 'list_sam_bases', 'register_sam_optimizers']
+__all__ = ['ASAM_RHO', 'BatchChunk', 'GSAM', 'GSAMSettings', 'LookSAM', 'LookSAMSettings', 'SAM', 'SAMSettings',
+           'SAM_BASES', 'SAM_RHO', 'create_gsam', 'create_looksam', 'create_sam', 'list_sam_bases',
+           'register_sam_optimizers', 'sam_opt_kwargs']

@@ -23,40 +23,15 @@ without a layer-decay ``lr_scale`` (timm's schedulers write ``value * lr_scale``
 ``rho_min = 0`` that would be a negative radius).
 """
 import math
-from typing import Any, Dict, List, Optional, Tuple, Type, Union
+from typing import Dict, List
 
 import torch
-import torch.nn as nn
-from torch.optim import Optimizer
 
 from timm_ext.optim._compat import total_norm
-from timm_ext.optim.sam import SAM, _check_rho
+from timm_ext.optim.sam import SAM
+from timm_ext.optim.sam_settings import GSAM_ALPHA, GSAM_RHO_MAX, GSAM_RHO_MIN, GSAMSettings
 
 __all__ = ['GSAM', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN']
-
-# GSAM paper, Table 4, ResNet-50/101 on ImageNet (the ViT/Mixer values are per model: see docs/sam.md)
-GSAM_RHO_MAX = 0.04
-GSAM_RHO_MIN = 0.02
-GSAM_ALPHA = 0.01
-
-
-def _check_alpha(alpha: Any, name: str = 'alpha', where: str = '') -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < 1:
-        raise ValueError(f'{name} must be in [0, 1), got alpha={alpha!r}{where}')
-
-
-def _check_gsam(rho_max: Any, rho_min: Any, alpha: Any, lr_max: Any, lr_min: Any, where: str = '') -> None:
-    _check_rho(rho_max, where)
-    _check_rho(rho_min, where)
-    if rho_min > rho_max:
-        raise ValueError(f'GSAM rho_min must be <= rho_max, got rho_min={rho_min!r} > rho_max={rho_max!r}{where}')
-    _check_alpha(alpha, 'GSAM alpha', where)
-    if isinstance(lr_min, bool) or not isinstance(lr_min, (int, float)) or not lr_min >= 0:
-        raise ValueError(f'GSAM lr_min must be a number >= 0, got lr_min={lr_min!r}{where}')
-    if lr_max is not None and (isinstance(lr_max, bool) or not isinstance(lr_max, (int, float))
-                               or not lr_max >= lr_min):
-        raise ValueError(f'GSAM lr_max must be >= lr_min={lr_min!r} or None (the initial lr), '
-                         f'got lr_max={lr_max!r}{where}')
 
 
 class GSAM(SAM):
@@ -73,46 +48,16 @@ class GSAM(SAM):
         lr_min: the schedule's lowest learning rate (train.py's ``min_lr``).
         adaptive, eta, clip_grad, clip_mode, model, interval, m_sharpness: as for :class:`SAM`.
         **base_kwargs: davda54/sam style: the base optimizer's arguments.
+
+    The settings are declared once, in :class:`timm_ext.optim.sam_settings.GSAMSettings`.
     """
 
     _keeps_clean_grad = True
-    _logged_settings = SAM._logged_settings + ('rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min')
-    _group_settings = ('adaptive', 'eta')  # a group's rho is GSAM's rho_t of the last step
+    Settings = GSAMSettings
 
-    def __init__(
-            self,
-            params: Union[Optimizer, Any, None] = None,
-            base_optimizer: Optional[Type[Optimizer]] = None,
-            rho_max: float = GSAM_RHO_MAX,
-            rho_min: float = GSAM_RHO_MIN,
-            alpha: float = GSAM_ALPHA,
-            lr_max: Optional[float] = None,
-            lr_min: float = 0.0,
-            adaptive: bool = False,
-            eta: float = 0.01,
-            clip_grad: Optional[float] = None,
-            clip_mode: str = 'norm',
-            model: Optional[nn.Module] = None,
-            interval: int = 1,
-            m_sharpness: Optional[int] = None,
-            **base_kwargs: Any,
-    ) -> None:
-        _check_gsam(rho_max, rho_min, alpha, lr_max, lr_min)
-        super().__init__(
-            params, base_optimizer, rho=rho_max, adaptive=adaptive, eta=eta, clip_grad=clip_grad,
-            clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness, **base_kwargs)
-        if lr_max is None:
-            lr_max = self._schedule_lr()
-            _check_gsam(rho_max, rho_min, alpha, lr_max, lr_min, where=' (lr_max = the initial lr)')
-        self.rho_max, self.rho_min, self.alpha = rho_max, rho_min, alpha
-        self.lr_max, self.lr_min = float(lr_max), float(lr_min)
-
-    def _extra_persistent(self) -> Tuple[str, ...]:
-        return ('rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min')
-
-    def __repr__(self) -> str:
-        return (super().__repr__()[:-1] + f', rho_max={self.rho_max}, rho_min={self.rho_min}, alpha={self.alpha}, '
-                f'lr_max={self.lr_max}, lr_min={self.lr_min})')
+    def _post_init(self) -> None:
+        if self.settings.lr_max is None:
+            self.settings = self.settings.replace(' (lr_max = the initial lr)', lr_max=self._schedule_lr())
 
     def _schedule_lr(self) -> float:
         """The schedule's value now: the lr of the first group without a layer-decay ``lr_scale`` (timm's
@@ -124,10 +69,11 @@ class GSAM(SAM):
 
     def current_rho(self) -> float:
         """rho_t = rho_min + (rho_max - rho_min) (lr_t - lr_min) / (lr_max - lr_min), kept >= 0."""
-        if self.lr_max == self.lr_min:
-            return float(self.rho_max)
-        ratio = (self._schedule_lr() - self.lr_min) / (self.lr_max - self.lr_min)
-        return max(0.0, self.rho_min + (self.rho_max - self.rho_min) * ratio)
+        s = self.settings
+        if s.lr_max == s.lr_min:
+            return float(s.rho_max)
+        ratio = (self._schedule_lr() - s.lr_min) / (s.lr_max - s.lr_min)
+        return max(0.0, s.rho_min + (s.rho_max - s.rho_min) * ratio)
 
     def _prepare_sam_step(self) -> None:
         rho = self.current_rho()
@@ -138,7 +84,8 @@ class GSAM(SAM):
     def _transform_second_grad(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
         """h <- h - alpha (g - (g.h / ||h||^2) h) over all parameters (one global projection)."""
         pairs = [(p.grad, clean[p]) for p in params if p in clean]
-        if self.alpha == 0 or not pairs:
+        alpha = self.settings.alpha
+        if alpha == 0 or not pairs:
             return
         grads = [h for h, _ in pairs]
         cleans = [g for _, g in pairs]
@@ -147,22 +94,5 @@ class GSAM(SAM):
             return
         device = grads[0].device
         gh = float(torch.stack([torch.vdot(h.reshape(-1), g.reshape(-1)).to(device) for h, g in pairs]).sum())
-        torch._foreach_mul_(grads, 1.0 + self.alpha * gh / hh)
-        torch._foreach_add_(grads, cleans, alpha=-self.alpha)
-
-    # ---- state dict: the GSAM settings travel with SAM's ------------------------------------------
-
-    def _sam_state(self) -> Dict[str, Any]:
-        return dict(super()._sam_state(), rho_max=self.rho_max, rho_min=self.rho_min, alpha=self.alpha,
-                    lr_max=self.lr_max, lr_min=self.lr_min)
-
-    def _checked_sam_state(self, sam_state: Any) -> Dict[str, Any]:
-        merged = super()._checked_sam_state(sam_state)
-        _check_gsam(merged['rho_max'], merged['rho_min'], merged['alpha'], merged['lr_max'], merged['lr_min'],
-                    where=' in the loaded state dict')
-        return merged
-
-    def _apply_sam_state(self, settings: Dict[str, Any]) -> None:
-        super()._apply_sam_state(settings)
-        self.rho_max, self.rho_min, self.alpha = settings['rho_max'], settings['rho_min'], settings['alpha']
-        self.lr_max, self.lr_min = float(settings['lr_max']), float(settings['lr_min'])
+        torch._foreach_mul_(grads, 1.0 + alpha * gh / hh)
+        torch._foreach_add_(grads, cleans, alpha=-alpha)

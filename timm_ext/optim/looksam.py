@@ -22,20 +22,15 @@ What is ours: everything SAM has (train.py replay, which LookSAM skips on reuse 
 fp16 GradScaler; accumulation; DDP; m-sharpness; resume with g_v in the state dict).
 """
 import math
-from typing import Any, Dict, List, Optional, Tuple, Type, Union
+from typing import Any, Dict, List, Tuple
 
 import torch
-import torch.nn as nn
-from torch.optim import Optimizer
 
 from timm_ext.optim._compat import total_norm
-from timm_ext.optim.gsam import _check_alpha
 from timm_ext.optim.sam import SAM
+from timm_ext.optim.sam_settings import LOOKSAM_ALPHA, LOOKSAM_INTERVAL, LookSAMSettings
 
 __all__ = ['LookSAM', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL']
-
-LOOKSAM_ALPHA = 0.7  # pytorch_optimizer.LookSAM's default (the paper's Algorithm 1 leaves it a hyper-parameter)
-LOOKSAM_INTERVAL = 5
 
 
 class LookSAM(SAM):
@@ -49,38 +44,18 @@ class LookSAM(SAM):
         interval: k, a full SAM step every k-th step (the first one included).
         adaptive, eta, clip_grad, clip_mode, model, m_sharpness: as for :class:`SAM`.
         **base_kwargs: davda54/sam style: the base optimizer's arguments.
+
+    The settings are declared once, in :class:`timm_ext.optim.sam_settings.LookSAMSettings`.
     """
 
     _keeps_clean_grad = True
-    _logged_settings = SAM._logged_settings + ('alpha',)
+    Settings = LookSAMSettings
 
-    def __init__(
-            self,
-            params: Union[Optimizer, Any, None] = None,
-            base_optimizer: Optional[Type[Optimizer]] = None,
-            rho: float = 0.05,
-            alpha: float = LOOKSAM_ALPHA,
-            interval: int = LOOKSAM_INTERVAL,
-            adaptive: bool = False,
-            eta: float = 0.01,
-            clip_grad: Optional[float] = None,
-            clip_mode: str = 'norm',
-            model: Optional[nn.Module] = None,
-            m_sharpness: Optional[int] = None,
-            **base_kwargs: Any,
-    ) -> None:
-        _check_alpha(alpha, 'LookSAM alpha')
-        super().__init__(
-            params, base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode,
-            model=model, interval=interval, m_sharpness=m_sharpness, **base_kwargs)
-        self.alpha = alpha
+    def _post_init(self) -> None:
         self._gv: Dict[torch.Tensor, torch.Tensor] = {}
 
     def _extra_persistent(self) -> Tuple[str, ...]:
-        return ('alpha', '_gv')
-
-    def __repr__(self) -> str:
-        return super().__repr__()[:-1] + f', alpha={self.alpha})'
+        return ('_gv',)
 
     @torch.no_grad()
     def _after_sam_step(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
@@ -100,13 +75,14 @@ class LookSAM(SAM):
     def _adjust_plain_grad(self, params: List[torch.Tensor]) -> None:
         """g <- g + alpha (||g|| / ||g_v||) g_v (nothing before the first SAM step)."""
         pairs = [(p.grad, self._gv[p]) for p in params if p in self._gv]
-        if not pairs or self.alpha == 0:
+        alpha = self.settings.alpha
+        if not pairs or alpha == 0:
             return
         gv_norm = float(total_norm([v for _, v in pairs]))
         if not gv_norm > 0:
             return
         g_norm = float(total_norm([p.grad for p in params]))
-        torch._foreach_add_([g for g, _ in pairs], [v for _, v in pairs], alpha=self.alpha * g_norm / gv_norm)
+        torch._foreach_add_([g for g, _ in pairs], [v for _, v in pairs], alpha=alpha * g_norm / gv_norm)
 
     # ---- state dict: g_v travels with SAM's settings, in parameter order --------------------------
 
@@ -115,11 +91,10 @@ class LookSAM(SAM):
         gv = [self._gv[p] for p in params] if self._gv else None
         if gv is not None and any(v is None for v in gv):
             gv = [self._gv.get(p) for p in params]
-        return dict(super()._sam_state(), alpha=self.alpha, looksam_gv=gv)
+        return dict(super()._sam_state(), looksam_gv=gv)
 
     def _checked_sam_state(self, sam_state: Any) -> Dict[str, Any]:
         merged = super()._checked_sam_state(sam_state)
-        _check_alpha(merged['alpha'], 'LookSAM alpha', where=' in the loaded state dict')
         gv = merged['looksam_gv']
         if gv is not None:
             params = list(self._params())
@@ -132,7 +107,6 @@ class LookSAM(SAM):
 
     def _apply_sam_state(self, settings: Dict[str, Any]) -> None:
         super()._apply_sam_state(settings)
-        self.alpha = settings['alpha']
         gv = settings['looksam_gv']
         self._gv = {}
         if gv is not None:

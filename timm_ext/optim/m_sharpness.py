@@ -12,26 +12,28 @@ and the descent gradient is the mean of the ``h_i`` (then averaged over the work
 Inside timm's train.py the training task's recorded calls are sliced along the batch dimension
 (every tensor argument whose first dimension is the batch size); a closure receives a
 :class:`BatchChunk` and slices its own batch with it. This module holds those chunk sources and the
-one all-reduce of the result under DDP; the update itself is ``SAM._chunked_step``.
+chunked update itself (``ChunkedSAMStep``, a part of :class:`timm_ext.optim.SAM`).
 """
 from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
-import torch.distributed as dist
 
-from timm_ext.optim.task_capture import TaskCall
+from timm_ext.optim.ddp import NoSync, all_reduce_mean, no_sync_of, sync_context, world_size
+from timm_ext.optim.loss_scaling import NO_SCALING, LossScaling
+from timm_ext.optim.rng import RngState, cuda_devices_of
+from timm_ext.optim.sam_settings import check_m_sharpness as _check_m_sharpness
+from timm_ext.optim.task_capture import TaskCall, TaskRecorder, _slice_batch
 
-__all__ = ['BatchChunk', 'ClosureChunks', 'ReplayChunks', 'all_reduce_mean', 'check_m_sharpness', 'no_sync_of',
-           'sync_context', 'world_size']
+__all__ = ['BatchChunk', 'ChunkedSAMStep', 'ClosureChunks', 'ReplayChunks', 'all_reduce_mean', 'check_m_sharpness',
+           'no_sync_of', 'sync_context', 'world_size']
 
 
 def check_m_sharpness(m_sharpness: Any, where: str = '') -> None:
-    if m_sharpness is None:
-        return
-    if isinstance(m_sharpness, bool) or not isinstance(m_sharpness, int) or m_sharpness < 1:
-        raise ValueError(f'SAM m_sharpness must be a positive integer (images per perturbation) or None, '
-                         f'got m_sharpness={m_sharpness!r}{where}')
+    try:
+        _check_m_sharpness(m_sharpness)
+    except ValueError as error:
+        raise ValueError(f'{error}{where}') from None
 
 
 def _num_chunks(batch_size: int, m_sharpness: int, where: str) -> int:
@@ -39,38 +41,6 @@ def _num_chunks(batch_size: int, m_sharpness: int, where: str) -> int:
         raise ValueError(f'SAM m_sharpness={m_sharpness} must divide the per-worker batch, got a batch of '
                          f'{batch_size} images{where}')
     return batch_size // m_sharpness
-
-
-def _slice_batch(values: Sequence[Any], batch_size: int, index: slice) -> Tuple[Any, ...]:
-    """Every tensor whose first dimension is the batch, cut to ``index``; anything else as it is."""
-    return tuple(v[index] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == batch_size else v
-                 for v in values)
-
-
-def world_size() -> int:
-    """Number of workers of the default process group (1 without torch.distributed)."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1
-
-
-@torch.no_grad()
-def all_reduce_mean(tensors: List[torch.Tensor]) -> None:
-    """Average ``tensors`` over the workers in place: one all-reduce per device and dtype (as DDP's mean)."""
-    size = world_size()
-    if size == 1 or not tensors:
-        return
-    buckets: Dict[Tuple[torch.device, torch.dtype], List[torch.Tensor]] = {}
-    for t in tensors:
-        buckets.setdefault((t.device, t.dtype), []).append(t)
-    for group in buckets.values():
-        flat = torch.cat([t.reshape(-1) for t in group])
-        dist.all_reduce(flat)
-        flat.div_(size)
-        offset = 0
-        for t in group:
-            t.copy_(flat[offset:offset + t.numel()].view_as(t))
-            offset += t.numel()
 
 
 class BatchChunk:
@@ -131,22 +101,15 @@ class ClosureChunks:
 
 
 class ReplayChunks:
-    """The chunks of the recorded training-task calls of one step: ``run(i)`` forwards and backwards chunk i.
+    """The chunks of the recorded training-task calls of one step: ``run(i)`` replays chunk i.
 
     Each call's chunks start from the random state the call first ran with (so a chunk's two passes
     draw the same masks, and chunks draw different ones); the caller forks the generators around
     the whole step.
     """
 
-    def __init__(
-            self,
-            task: torch.nn.Module,
-            calls: List[TaskCall],
-            size: int,
-            set_replaying: Callable[[bool], None],
-    ) -> None:
-        self.task = task
-        self.set_replaying = set_replaying
+    def __init__(self, recorder: TaskRecorder, calls: List[TaskCall], size: int) -> None:
+        self.recorder = recorder
         self.items: List[Tuple[TaskCall, int, slice]] = []
         for idx, call in enumerate(calls):
             first = call.args[0] if call.args else None
@@ -168,31 +131,108 @@ class ReplayChunks:
 
     def run(self, index: int) -> torch.Tensor:
         call, batch, part = self.items[index]
-        args = _slice_batch(call.args, batch, part)
-        keys = list(call.kwargs)
-        values = _slice_batch([call.kwargs[k] for k in keys], batch, part)
-        self.set_replaying(True)
+        return self.recorder.replay([call.rows(batch, part)])[0]
+
+
+class ChunkedSAMStep:
+    """The part of :class:`timm_ext.optim.SAM` that runs an m-sharpness update (a perturbation per chunk)."""
+
+    def _chunked_step(
+            self,
+            source: Any,
+            scaling: LossScaling,
+            no_sync: NoSync,
+            fork_rng: bool,
+    ) -> List[Any]:
+        """One SAM update with a perturbation per chunk of ``m_sharpness`` images (see ``m_sharpness``).
+
+        Both passes of every chunk run inside ``no_sync`` (each worker uses its own gradient); the
+        mean of the chunks' second-pass gradients is all-reduced once at the end under DDP.
+        Returns the chunks' losses at w.
+        """
+        if scaling is not NO_SCALING:
+            raise RuntimeError('SAM m_sharpness does not support fp16 loss scaling (GradScaler): train with '
+                               'bf16 autocast (--amp-dtype bfloat16) or fp32, or leave m_sharpness unset')
+        self.base_optimizer.zero_grad(set_to_none=True)  # train.py's full-batch gradient is not used
+        self._prepare_sam_step()
+        self._buffers.capture(self._module('its buffers (BatchNorm statistics) are updated by every chunk pass'))
+        devices = cuda_devices_of(self._params())
+        descent: Dict[torch.Tensor, torch.Tensor] = {}
+        clean_sum: Dict[torch.Tensor, torch.Tensor] = {}
+        losses = []
         try:
-            with torch.enable_grad():
-                with call.autocast():
-                    loss = self.task(*args, **dict(zip(keys, values)))['loss']
-                loss.backward()
-        finally:
-            self.set_replaying(False)
-        return loss.detach()
+            with torch.random.fork_rng(devices=devices) if fork_rng else nullcontext():
+                index = 0
+                while index == 0 or index < source.count():
+                    source.prepare(index)
+                    rng = RngState.capture(devices)
+                    with sync_context(no_sync):
+                        losses.append(source.run(index))
+                    grouped = self._grouped_params_with_grad()
+                    if self._keeps_clean_grad:
+                        self._keep_clean(grouped)
+                        _accumulate(clean_sum, [(p, self._clean[p]) for _, params, _ in grouped for p in params])
+                    self._perturb(grouped, self._perturbation_norm(grouped))
+                    self.base_optimizer.zero_grad(set_to_none=True)
+                    with sync_context(no_sync), rng.restored():
+                        source.run(index)
+                    perturbed = [p for p in self._restore_weights() if p.grad is not None]
+                    self._transform_second_grad(perturbed, self._clean)
+                    _accumulate(descent, [(p, p.grad) for p in self._params() if p.grad is not None])
+                    self.base_optimizer.zero_grad(set_to_none=True)
+                    index += 1
+        except BaseException:
+            self._restore_weights()
+            self._buffers.restore()
+            raise
+        self._buffers.restore()
+        count = source.count()
+        for p, grad in descent.items():
+            p.grad = grad.div_(count)
+        for grad in clean_sum.values():
+            grad.div_(count)
+        if world_size() > 1:
+            all_reduce_mean([p.grad for p in descent])
+            all_reduce_mean(list(clean_sum.values()))
+        self._after_sam_step(list(descent), clean_sum)
+        self._apply(lambda base: base.step())
+        return losses
+
+    def _check_chunk_sync(self, no_sync: NoSync) -> None:
+        if world_size() > 1 and no_sync is None:
+            raise ValueError('SAM m_sharpness under torch.distributed needs each worker\'s own gradient: pass '
+                             'no_sync=ddp_model.no_sync to step() (train.py\'s task provides it)')
+
+    def _chunked_replay_step(self, calls: List[TaskCall], scaling: LossScaling) -> None:
+        task = self.recorder.task
+        if task is None:
+            raise RuntimeError('SAM.step(): the training task whose calls were recorded no longer exists')
+        no_sync = no_sync_of(task)
+        self._check_chunk_sync(no_sync)
+        source = ReplayChunks(self.recorder, calls, self.m_sharpness)  # checks every batch first
+        self._chunked_step(source, scaling, no_sync, fork_rng=True)
+
+    def _one_local_chunk(self, calls: List[TaskCall]) -> bool:
+        """One process, one micro-batch of exactly m_sharpness images: train.py's gradient is the chunk's own."""
+        first = calls[0].args[0] if len(calls) == 1 and calls[0].args else None
+        return (world_size() == 1 and isinstance(first, torch.Tensor) and first.dim() > 0
+                and first.shape[0] == self.m_sharpness)
 
 
-def no_sync_of(task: Optional[torch.nn.Module]) -> Optional[Callable[[], ContextManager]]:
-    """The task's ``no_sync`` (timm >= 1.0.24), or its DDP module's (timm 1.0.23 keeps it in ``task.model``)."""
-    if task is None:
+def _accumulate(total: Dict[torch.Tensor, torch.Tensor], items: List[Tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """total[p] += value (the first value of a key is copied)."""
+    for p, value in items:
+        if p in total:
+            total[p].add_(value)
+        else:
+            total[p] = value.detach().clone()
+
+
+def mean_loss(losses: List[Any]) -> Any:
+    """The mean of the chunks' losses at w (what a closure step returns)."""
+    values = [loss for loss in losses if loss is not None]
+    if not values:
         return None
-    if hasattr(task, 'no_sync'):
-        return task.no_sync
-    module = getattr(task, 'model', None)
-    if module is not None and hasattr(module, 'no_sync'):
-        return module.no_sync
-    return None
-
-
-def sync_context(no_sync: Optional[Callable[[], ContextManager]]) -> ContextManager:
-    return no_sync() if no_sync is not None else nullcontext()
+    if all(isinstance(v, torch.Tensor) for v in values):
+        return torch.stack([v.detach().float() for v in values]).mean()
+    return sum(float(v) for v in values) / len(values)

@@ -19,29 +19,34 @@ only if it has one, eps/betas only if it takes them); ``rho``, ``adaptive``, ``e
 ``clip_grad`` and ``clip_mode`` go to SAM. timm's ``lookahead_`` prefix still applies
 (``lookahead_samadamw``), as do layer decay and every parameter-group option of the factory.
 
+Each ``create_*`` signature is its family's settings declaration (``timm_ext.optim.sam_settings``).
+
 The model: timm's factory hands an optimizer class only the parameter groups. SAM also needs the
 module (its buffers keep their first-pass values; AGC leaves its head out), so ``create_sam`` takes
 ``model=`` and, when it is left out, uses the ``nn.Module`` that ``create_optimizer_v2`` itself was
 called with (read from that call's frame, found by its code object: no guess, and nothing when SAM
-is built another way, where SAM warns once if it ever needs a model it was not given).
+is built another way, where SAM warns once if it ever needs a model it was not given;
+``timm_ext.optim.global_patches`` holds that frame walk).
 
 Default radius: ``rho=0.05`` for ``sam*`` and ``rho=0.5`` for ``asam*``, the values the ASAM
 authors give for CIFAR-10 (README of github.com/SamsungLabs/ASAM, "Train Examples (CIFAR)": ASAM
 ``--rho 0.5`` on CIFAR-10 and 1.0 on CIFAR-100; SAM 0.05 and 0.10). ASAM's radius is measured in
 units of ``|w| + eta``, so SAM's value is no guide for it.
 """
-import sys
+import inspect
 from functools import partial
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type
 
 import torch
 import torch.nn as nn
-from timm.optim import OptimInfo, get_optimizer_class, get_optimizer_info, list_optimizers
-from timm.optim._optim_factory import OptimizerRegistry, default_registry
+from timm.optim import OptimInfo, OptimizerRegistry, get_optimizer_class, get_optimizer_info, list_optimizers
 
-from timm_ext.optim.gsam import GSAM, GSAM_ALPHA, GSAM_RHO_MAX, GSAM_RHO_MIN
-from timm_ext.optim.looksam import LOOKSAM_ALPHA, LOOKSAM_INTERVAL, LookSAM
+from timm_ext._timm_compat import default_optimizer_registry, registry_optimizers
+from timm_ext.optim.global_patches import model_given_to_factory
+from timm_ext.optim.gsam import GSAM
+from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.sam import SAM
+from timm_ext.optim.sam_settings import SAM_RHO
 
 __all__ = ['ASAM_RHO', 'SAM_BASES', 'SAM_RHO', 'create_gsam', 'create_looksam', 'create_sam', 'list_sam_bases',
            'register_sam_optimizers']
@@ -51,8 +56,6 @@ SAM_BASES = (
     'sgd', 'momentum', 'nesterov', 'sgdw', 'adam', 'adamw', 'nadam', 'nadamw', 'radam',
     'lamb', 'lars', 'lion', 'adan', 'adopt',
 )
-_SAM_PREFIXES = ('sam', 'asam')
-SAM_RHO = 0.05
 ASAM_RHO = 0.5  # SamsungLabs/ASAM README, CIFAR-10 (see the module docstring)
 
 
@@ -65,24 +68,6 @@ def list_sam_bases() -> List[str]:
         if not info.second_order and not is_sam:
             names.append(name)
     return names
-
-
-def _model_given_to_factory(base_optimizer) -> Optional[nn.Module]:
-    """The module ``create_optimizer_v2`` (timm's registry) was called with, if SAM is being built inside it
-    and that module owns the optimizer's parameters."""
-    factory_code = OptimizerRegistry.create_optimizer.__code__
-    frame = sys._getframe(1)
-    try:
-        while frame is not None and frame.f_code is not factory_code:
-            frame = frame.f_back
-        model = frame.f_locals.get('model_or_params') if frame is not None else None
-    finally:
-        del frame
-    if not isinstance(model, nn.Module):
-        return None
-    ids = {id(p) for p in model.parameters()}
-    params = [p for group in base_optimizer.param_groups for p in group['params']]
-    return model if any(id(p) in ids for p in params) else None
 
 
 def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict[str, Any]) -> torch.optim.Optimizer:
@@ -110,87 +95,44 @@ def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict
     return get_optimizer_class(info, bind_defaults=False)(params, **kwargs)
 
 
-def _check_model(model: Any, kind: str) -> None:
-    if model is not None and not isinstance(model, nn.Module):
-        raise ValueError(f'{kind} model must be an nn.Module or None, got {type(model).__name__}')
+def _builder(family: Type[SAM], name: str, doc: str, defaults: Optional[Dict[str, Any]] = None) -> Callable[..., SAM]:
+    """``create_<family>(params, base=None, <the family's settings>, **base_kwargs)``: ``base`` built as timm's
+    factory would, wrapped in ``family``; the signature is the family's settings declaration."""
+    kind = family.Settings.family
+    leading = (inspect.Parameter('params', inspect.Parameter.POSITIONAL_OR_KEYWORD),
+               inspect.Parameter('base', inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                 annotation=Optional[str]))
+    signature = family.Settings.signature(leading, defaults=defaults)
+
+    def create(*args: Any, **kwargs: Any) -> SAM:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        params, base, model = values.pop('params'), values.pop('base'), values.pop('model')
+        base_kwargs = values.pop('base_kwargs')
+        if model is not None and not isinstance(model, nn.Module):
+            raise ValueError(f'{kind} model must be an nn.Module or None, got {type(model).__name__}')
+        if 'rho' in values and values['rho'] is None:  # sam / asam: the radius depends on adaptive
+            values['rho'] = ASAM_RHO if values['adaptive'] else SAM_RHO
+        base_optimizer = _base_by_name(params, base, kind, base_kwargs)
+        if model is None:
+            model = model_given_to_factory(base_optimizer)
+        return family(base_optimizer, model=model, **values)
+
+    create.__name__ = create.__qualname__ = name
+    create.__doc__ = doc
+    create.__signature__ = signature.replace(return_annotation=family)
+    return create
 
 
-def create_sam(
-        params: Any,
-        base: Optional[str] = None,
-        rho: Optional[float] = None,
-        adaptive: bool = False,
-        eta: float = 0.01,
-        clip_grad: Optional[float] = None,
-        clip_mode: str = 'norm',
-        model: Optional[nn.Module] = None,
-        interval: int = 1,
-        m_sharpness: Optional[int] = None,
-        **base_kwargs: Any,
-) -> SAM:
-    """Build ``base`` (a timm optimizer name) over ``params`` the way timm's factory would, wrapped in SAM.
-
-    ``rho`` defaults to 0.05 (SAM) or 0.5 (ASAM, ``adaptive=True``); ``model`` defaults to the module
-    given to ``create_optimizer_v2``.
-    """
-    _check_model(model, 'SAM')
-    if rho is None:
-        rho = ASAM_RHO if adaptive else SAM_RHO
-    base_optimizer = _base_by_name(params, base, 'SAM', base_kwargs)
-    if model is None:
-        model = _model_given_to_factory(base_optimizer)
-    return SAM(base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode,
-               model=model, interval=interval, m_sharpness=m_sharpness)
-
-
-def create_gsam(
-        params: Any,
-        base: Optional[str] = None,
-        rho_max: float = GSAM_RHO_MAX,
-        rho_min: float = GSAM_RHO_MIN,
-        alpha: float = GSAM_ALPHA,
-        lr_max: Optional[float] = None,
-        lr_min: float = 0.0,
-        adaptive: bool = False,
-        eta: float = 0.01,
-        clip_grad: Optional[float] = None,
-        clip_mode: str = 'norm',
-        model: Optional[nn.Module] = None,
-        interval: int = 1,
-        m_sharpness: Optional[int] = None,
-        **base_kwargs: Any,
-) -> GSAM:
-    """``base`` built as timm's factory would, wrapped in GSAM; ``lr_max`` defaults to the factory's ``lr``."""
-    _check_model(model, 'GSAM')
-    base_optimizer = _base_by_name(params, base, 'GSAM', base_kwargs)
-    if model is None:
-        model = _model_given_to_factory(base_optimizer)
-    return GSAM(base_optimizer, rho_max=rho_max, rho_min=rho_min, alpha=alpha, lr_max=lr_max, lr_min=lr_min,
-                adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode, model=model,
-                interval=interval, m_sharpness=m_sharpness)
-
-
-def create_looksam(
-        params: Any,
-        base: Optional[str] = None,
-        rho: float = SAM_RHO,
-        alpha: float = LOOKSAM_ALPHA,
-        interval: int = LOOKSAM_INTERVAL,
-        adaptive: bool = False,
-        eta: float = 0.01,
-        clip_grad: Optional[float] = None,
-        clip_mode: str = 'norm',
-        model: Optional[nn.Module] = None,
-        m_sharpness: Optional[int] = None,
-        **base_kwargs: Any,
-) -> LookSAM:
-    """``base`` built as timm's factory would, wrapped in LookSAM (a SAM step every ``interval`` steps)."""
-    _check_model(model, 'LookSAM')
-    base_optimizer = _base_by_name(params, base, 'LookSAM', base_kwargs)
-    if model is None:
-        model = _model_given_to_factory(base_optimizer)
-    return LookSAM(base_optimizer, rho=rho, alpha=alpha, interval=interval, adaptive=adaptive, eta=eta,
-                   clip_grad=clip_grad, clip_mode=clip_mode, model=model, m_sharpness=m_sharpness)
+create_sam = _builder(SAM, 'create_sam', (
+    "Build ``base`` (a timm optimizer name) over ``params`` the way timm's factory would, wrapped in SAM.\n\n"
+    "``rho`` defaults to 0.05 (SAM) or 0.5 (ASAM, ``adaptive=True``); ``model`` defaults to the module\n"
+    "given to ``create_optimizer_v2``."), defaults={'rho': None})
+create_gsam = _builder(GSAM, 'create_gsam', (
+    "``base`` built as timm's factory would, wrapped in GSAM; ``lr_max`` defaults to the factory's ``lr``."))
+create_looksam = _builder(LookSAM, 'create_looksam', (
+    "``base`` built as timm's factory would, wrapped in LookSAM (a SAM step every ``interval`` steps)."))
 
 
 # prefix -> (builder, fixed arguments, description)
@@ -203,10 +145,14 @@ _FAMILIES = {
 _BUILDERS = (create_sam, create_gsam, create_looksam)
 
 
-def register_sam_optimizers(registry: OptimizerRegistry = default_registry) -> None:
-    """Register ``sam``, ``asam``, ``gsam``, ``looksam`` and each of them + ``<base>`` with timm's factory."""
+def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> None:
+    """Register ``sam``, ``asam``, ``gsam``, ``looksam`` and each of them + ``<base>`` with timm's factory
+    (``registry``: default, the one behind ``create_optimizer_v2``)."""
+    if registry is None:
+        registry = default_optimizer_registry()
+    known = registry_optimizers(registry)
     for prefix, (builder, fixed, kind) in _FAMILIES.items():
-        if prefix not in registry._optimizers:
+        if prefix not in known:
             registry.register(OptimInfo(
                 name=prefix,
                 opt_class=partial(builder, **fixed),
@@ -217,7 +163,7 @@ def register_sam_optimizers(registry: OptimizerRegistry = default_registry) -> N
             ))
         for base in SAM_BASES:
             name = prefix + base
-            if name in registry._optimizers:
+            if name in known:
                 continue
             info = registry.get_optimizer_info(base)
             registry.register(OptimInfo(

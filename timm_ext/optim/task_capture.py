@@ -11,9 +11,8 @@ A recorder has four states, and every reference it holds is dropped in one place
 * ``UNBOUND``: just created; holds nothing.
 * ``WAITING``: looking for the ``timm.task.TrainingTask`` whose trainable module owns the optimizer's
   parameters. While at least one recorder waits, ``TrainingTask.__call__`` is wrapped by a function
-  that offers each called task to the waiting recorders; the class is restored as soon as nobody
-  waits. No ``nn.Module`` global hook is ever installed (torch warns on every later
-  ``torch.compile`` once one has existed), and tasks of other classes and plain modules are untouched.
+  that offers each called task to the waiting recorders (``timm_ext.optim.global_patches``, which says
+  what it touches and when it is undone).
 * ``BOUND``: a forward pre-hook on that one task records each call made with grad enabled: its
   arguments, autocast state and random-generator state (so the replay draws the same dropout and
   drop-path masks). The record holds one accumulation window: it is handed over at every SAM step,
@@ -25,6 +24,7 @@ A recorder has four states, and every reference it holds is dropped in one place
   same parameters binds to the same task (the older optimizer is stale), or when the optimizer
   is garbage-collected.
 """
+import dataclasses
 import enum
 import itertools
 import warnings
@@ -37,9 +37,12 @@ import torch
 import torch.nn as nn
 
 from timm_ext.optim._compat import autocast_state
+from timm_ext.optim.ddp import sync_context
+from timm_ext.optim.global_patches import finder as _finder
+from timm_ext.optim.global_patches import is_watching
 from timm_ext.optim.rng import RngState, cuda_devices_of
 
-__all__ = ['RecorderState', 'TaskCall', 'TaskRecorder', 'is_watching']
+__all__ = ['RecorderState', 'TaskCall', 'TaskRecorder', 'is_watching']  # is_watching: from global_patches
 
 
 @dataclass
@@ -81,6 +84,20 @@ class TaskCall:
     def random_state(self):
         """The random generators as they were when the original call started."""
         return self.rng.restored() if self.rng is not None else nullcontext()
+
+    def rows(self, batch_size: int, part: slice) -> 'TaskCall':
+        """This call on rows ``part`` of its batch (every argument batched along dim 0 is cut), run in the
+        random state of the moment (m-sharpness: the caller sets it)."""
+        args = _slice_batch(self.args, batch_size, part)
+        keys = list(self.kwargs)
+        values = _slice_batch([self.kwargs[k] for k in keys], batch_size, part)
+        return dataclasses.replace(self, args=args, kwargs=dict(zip(keys, values)), rng=None)
+
+
+def _slice_batch(values: Any, batch_size: int, index: slice) -> Tuple[Any, ...]:
+    """Every tensor whose first dimension is the batch, cut to ``index``; anything else as it is."""
+    return tuple(v[index] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == batch_size else v
+                 for v in values)
 
 
 class RecorderState(enum.Enum):
@@ -213,33 +230,41 @@ class TaskRecorder:
         calls, self.calls = self.calls, []
         return calls
 
-    def replay(self, calls: List[TaskCall], scale_loss: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        """Forward and backward every call again, as train.py did the first time.
+    def replay(
+            self,
+            calls: List[TaskCall],
+            scale_loss: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss,
+    ) -> List[torch.Tensor]:
+        """Forward and backward every call again, as train.py did the first time; returns the losses.
 
         train.py divides each micro-batch loss by the number of micro-batches of the accumulation
         window (which is the number of calls of this step) and runs all but the last micro-batch
         inside ``task.no_sync()``; the replay does the same, so under DDP the second-pass gradient
         is all-reduced once, over the whole window. Each call runs with the random generators as
-        they were at its first run (same dropout / drop-path masks), and ``scale_loss`` applies the
-        fp16 loss scale, if any.
+        they were at its first run (same dropout / drop-path masks; a call cut by ``TaskCall.rows``
+        runs in the current random state), and ``scale_loss`` applies the fp16 loss scale, if any.
+        The replay itself is never recorded.
         """
         task = self.task
         if task is None:
             raise RuntimeError('SAM.step(): the training task whose calls were recorded no longer exists')
         self._warn_dict_input(calls)
         num_calls = len(calls)
+        losses = []
         self.replaying = True
         try:
             for idx, call in enumerate(calls):
-                sync_ctx = task.no_sync() if idx < num_calls - 1 and hasattr(task, 'no_sync') else nullcontext()
-                with sync_ctx, torch.enable_grad(), call.random_state():
+                no_sync = task.no_sync if idx < num_calls - 1 and hasattr(task, 'no_sync') else None
+                with sync_context(no_sync), torch.enable_grad(), call.random_state():
                     with call.autocast():
                         loss = task(*call.args, **call.kwargs)['loss']
                     if num_calls > 1:
                         loss = loss / num_calls
                     scale_loss(loss).backward()
+                losses.append(loss.detach())
         finally:
             self.replaying = False
+        return losses
 
     def _warn_dict_input(self, calls: List[TaskCall]) -> None:
         if self._warned_dict_input or not any(call.args and isinstance(call.args[0], dict) for call in calls):
@@ -258,84 +283,4 @@ def _trainable_module(task: nn.Module) -> nn.Module:
     return module if module is not None else task
 
 
-# ---- finding the task: a wrapper on TrainingTask.__call__, only while a recorder waits ----------------
-
 _bound: 'weakref.WeakSet[TaskRecorder]' = weakref.WeakSet()
-
-
-class _TaskFinder:
-    """Offers every called ``TrainingTask`` to the waiting recorders, through the class's ``__call__``.
-
-    Installed when the first recorder starts waiting, removed (the class restored exactly) when the
-    last one stops waiting or is collected. A recorder is held weakly here.
-    """
-
-    def __init__(self) -> None:
-        self._waiting: Dict[int, weakref.ref] = {}
-        self._task_class: Optional[type] = None
-        self._call: Optional[Callable] = None  # what TrainingTask.__call__ was before the wrapper
-        self._own_call: Any = None  # TrainingTask.__dict__['__call__'] before the wrapper (usually absent)
-
-    def installed(self) -> bool:
-        return self._call is not None
-
-    def wait(self, recorder: TaskRecorder) -> None:
-        serial = recorder.serial
-        self._waiting[serial] = weakref.ref(recorder, lambda _: self._forget(serial))
-        self._install()
-
-    def stop(self, recorder: TaskRecorder) -> None:
-        self._forget(recorder.serial)
-
-    def _forget(self, serial: int) -> None:
-        self._waiting.pop(serial, None)
-        if not self._waiting:
-            self._uninstall()
-
-    def offer(self, task: nn.Module) -> None:
-        """Bind ``task`` to the waiting recorders that own it, newest first (older ones sharing its
-        parameters are stale and close)."""
-        recorders = [ref() for ref in list(self._waiting.values())]
-        for recorder in sorted((r for r in recorders if r is not None), key=lambda r: -r.serial):
-            if recorder.owns(task):
-                recorder.bind(task)
-
-    def _install(self) -> None:
-        if self._call is not None:
-            return
-        if self._task_class is None:
-            try:
-                from timm.task import TrainingTask  # imported only once a SAM optimizer exists
-            except ImportError:  # timm without the task API: nothing to look for
-                return
-            self._task_class = TrainingTask
-        cls = self._task_class
-        self._own_call = cls.__dict__.get('__call__')
-        self._call = cls.__call__
-        cls.__call__ = _offer_then_call
-
-    def _uninstall(self) -> None:
-        if self._call is None:
-            return
-        cls = self._task_class
-        if cls.__dict__.get('__call__') is _offer_then_call:
-            if self._own_call is None:
-                del cls.__call__
-            else:
-                cls.__call__ = self._own_call
-        self._call = None
-        self._own_call = None
-
-
-def _offer_then_call(task: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    call = _finder._call or nn.Module.__call__
-    _finder.offer(task)  # a recorder that binds here records this very call (its pre-hook runs next)
-    return call(task, *args, **kwargs)
-
-
-_finder = _TaskFinder()
-
-
-def is_watching() -> bool:
-    """Whether ``TrainingTask.__call__`` is currently wrapped to find a task (for tests and debugging)."""
-    return _finder.installed()

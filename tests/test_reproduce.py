@@ -1,11 +1,19 @@
-"""The reproduction report's wiring: train.py arguments per arm and the verdict rules (no training here)."""
+"""benchmarks/reproduce.py, the reproduction report's wiring: train.py arguments per arm and the verdict rules
+(no training here)."""
+import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 from conftest import require_timm_script
 
-from timm_ext.analysis.reproduce import ARMS, _ms, _public_argv, _train_args, _verdict, write_report
+REPO = Path(__file__).resolve().parents[1]
+_SPEC = importlib.util.spec_from_file_location('reproduce', REPO / 'benchmarks' / 'reproduce.py')
+reproduce = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(reproduce)  # an application beside the package, not an importable module of it
+ARMS, _ms, _public_argv, _train_args, _verdict, write_report = (
+    reproduce.ARMS, reproduce._ms, reproduce._public_argv, reproduce._train_args, reproduce._verdict,
+    reproduce.write_report)
 
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
 _SCRIPTS = Path(_ENV) if _ENV else Path(__file__).resolve().parents[2] / 'shared' / 'timm-train' / 'v1.0.28'
@@ -15,7 +23,7 @@ TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 def test_every_arm_is_a_valid_train_py_command(tmp_path):
     from PIL import Image
 
-    from timm_ext.training import build_train_command
+    from timm_ext.launch.commands import build_train_command
 
     require_timm_script(TRAIN_PY)
     for split in ('train', 'validation'):  # the digits' layout, small: 10 classes, 2 images each (batch 16)
@@ -48,7 +56,7 @@ def test_report_states_claims_that_do_not_reproduce(tmp_path):
                     kinds={'patch_embed': 'stem'}, variance_ratio={})
 
     results = {'vit': [vit([4.0, 3.0]), vit([4.0, 3.2])], 'vit_cb': [vit([4.0, 3.5]), vit([4.0, 3.6])]}
-    path = write_report(results, [0, 1], 2, tmp_path, 'python -m timm_ext.analysis.reproduce', 60.0)
+    path = write_report(results, [0, 1], 2, tmp_path, 'python benchmarks/reproduce.py', 60.0)
     text = path.read_text()
     assert 'Verdict, all queries: **not reproduced: the opposite** (0/2 seeds)' in text
     assert '| all queries | 3.100 ± 0.141 (3.000, 3.200) | 3.550 ± 0.071 (3.500, 3.600) |' in text

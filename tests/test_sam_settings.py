@@ -1,0 +1,117 @@
+"""The SAM family's settings declarations: signatures, checks, state dict, pickling, repr and change logging all
+follow from one dataclass field, and ``sam_opt_kwargs`` lists what a plain optimizer does not take."""
+import inspect
+import logging
+import pickle
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn as nn
+
+from timm_ext.optim import (
+    GSAM,
+    SAM,
+    GSAMSettings,
+    LookSAM,
+    LookSAMSettings,
+    SAMSettings,
+    create_gsam,
+    create_looksam,
+    create_sam,
+    sam_opt_kwargs,
+)
+from timm_ext.optim.sam_settings import setting
+
+pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
+
+
+def _check_beta(beta):
+    if not 0 < beta < 1:
+        raise ValueError(f'SAM beta must be in (0, 1), got beta={beta!r}')
+
+
+@dataclass(frozen=True)
+class _BetaSettings(SAMSettings):
+    beta: float = setting(0.5, _check_beta)
+
+
+class _BetaSAM(SAM):
+    """A family with one more setting, declared in one place (its settings class)."""
+    Settings = _BetaSettings
+
+
+def _params(opt):
+    return list(inspect.signature(opt).parameters)
+
+
+def test_sam_opt_kwargs_lists_every_family_setting_and_base():
+    assert sam_opt_kwargs() == ('base', 'rho', 'adaptive', 'eta', 'clip_grad', 'clip_mode', 'interval', 'm_sharpness',
+                                'rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min')
+    base_takes = set(inspect.signature(torch.optim.AdamW).parameters)
+    assert not base_takes & set(sam_opt_kwargs())
+
+
+def test_signatures_follow_the_declarations():
+    assert _params(SAM) == ['params', 'base_optimizer', 'rho', 'adaptive', 'eta', 'clip_grad', 'clip_mode', 'model',
+                            'interval', 'm_sharpness', 'base_kwargs']
+    assert _params(GSAM)[2:7] == ['rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min'] and 'rho' not in _params(GSAM)
+    assert _params(LookSAM)[2:5] == ['rho', 'alpha', 'interval']
+    assert inspect.signature(LookSAM).parameters['interval'].default == 5
+    for create, family in ((create_sam, SAM), (create_gsam, GSAM), (create_looksam, LookSAM)):
+        assert _params(create) == ['params', 'base'] + _params(family)[2:]
+    assert inspect.signature(create_sam).parameters['rho'].default is None  # 0.05, or 0.5 for ASAM
+    positional = GSAM(nn.Linear(2, 2).parameters(), torch.optim.SGD, 0.2, 0.1, 0.3, lr=0.1)
+    assert (positional.rho_max, positional.rho_min, positional.alpha, positional.lr_max) == (0.2, 0.1, 0.3, 0.1)
+    with pytest.raises(TypeError, match='rho'):
+        GSAM(nn.Linear(2, 2).parameters(), torch.optim.SGD, rho=0.1, lr=0.1)
+
+
+def test_a_new_setting_is_declared_once_and_reaches_everything(caplog):
+    model = nn.Linear(3, 2)
+    assert 'beta' in _params(_BetaSAM)
+    with pytest.raises(ValueError, match=r'^SAM beta must be in \(0, 1\), got beta=2$'):
+        _BetaSAM(torch.optim.SGD(model.parameters(), lr=0.1), beta=2)
+    opt = _BetaSAM(torch.optim.SGD(model.parameters(), lr=0.1), beta=0.7)
+    assert opt.beta == 0.7 and repr(opt).endswith('interval=1, m_sharpness=None, beta=0.7)')
+    sd = opt.state_dict()
+    assert sd['sam']['beta'] == 0.7
+    assert pickle.loads(pickle.dumps(opt)).beta == 0.7
+    fresh = _BetaSAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    with caplog.at_level(logging.WARNING, logger='timm_ext.optim.sam'):
+        fresh.load_state_dict(sd)
+    assert fresh.beta == 0.7 and 'beta: 0.5 -> 0.7' in caplog.text
+    sd['sam']['beta'] = 1.5
+    with pytest.raises(ValueError, match=r'^SAM beta must be in \(0, 1\), got beta=1.5 in the loaded state dict$'):
+        fresh.load_state_dict(sd)
+
+
+def test_assigning_a_setting_checks_it_and_takes_effect():
+    opt = SAM(torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1))
+    opt.interval = 3
+    assert opt.state_dict()['sam']['interval'] == 3 and opt.settings.interval == 3
+    with pytest.raises(ValueError, match=r'SAM interval must be an integer >= 1 .*got interval=0$'):
+        opt.interval = 0
+    assert opt.interval == 3
+
+
+def test_settings_are_frozen_and_checked():
+    settings = LookSAMSettings()
+    assert (settings.rho, settings.alpha, settings.interval) == (0.05, 0.7, 5)
+    with pytest.raises(AttributeError):
+        settings.rho = 0.1
+    assert GSAMSettings(rho_max=0.1).group_defaults() == {'rho': 0.1, 'adaptive': False, 'eta': 0.01}
+    with pytest.raises(ValueError, match=r'^GSAM rho_min must be <= rho_max, got rho_min=0.5 > rho_max=0.04$'):
+        GSAMSettings(rho_min=0.5)
+    assert SAMSettings(adaptive=1).adaptive is True
+
+
+def test_a_pickle_from_before_the_settings_object_loads():
+    opt = GSAM(torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1), rho_max=0.08, interval=2)
+    state = opt.__getstate__()
+    settings = state.pop('settings')
+    state['sam_defaults'] = settings.group_defaults()  # the old layout: one attribute per setting
+    state.update(settings.optimizer_values())
+    old = GSAM.__new__(GSAM)
+    old.__setstate__(state)
+    assert old.settings == settings and old.lr_max == 0.1

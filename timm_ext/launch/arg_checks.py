@@ -1,0 +1,143 @@
+"""Problems of a whole train.py / validate.py command line (recipe + arguments), each one line with its fix.
+
+They run on the namespace the script itself parses (:func:`timm_ext.launch.preflight.script_args`: the
+recipe through ``set_defaults``, then ``parse_args``), so what is checked is what the child sees:
+
+* ``--device cuda`` (the scripts' default) where CUDA is not available;
+* an opt name timm's factory would not build as SAM, and ``bce_loss`` that train.py would ignore
+  (the rules of :mod:`timm_ext.recipes.checks`, on the merged values);
+* an ImageFolder whose class count differs from the number of classes the model will have
+  (train.py keeps the model's default, usually 1000, when ``--num-classes`` is not given);
+* a baseline ``--opt adamw`` over a SAM recipe whose ``opt_kwargs`` still carry SAM's ``rho``;
+* for validate.py: a ``--checkpoint`` that does not exist.
+
+Arguments the script itself would reject are left to it (it prints its own usage error).
+"""
+import argparse
+import inspect
+import os
+from pathlib import Path
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence
+
+from timm_ext.launch.preflight import script_args, split_folder
+from timm_ext.recipes.checks import _SAM_ONLY_KEYS, is_sam_optimizer, loss_problems, opt_name_problems
+
+__all__ = ['check_train_args', 'check_validate_args', 'train_args_problems', 'validate_args_problems']
+
+_IMAGE_FOLDER_DATASETS = ('', 'folder', 'image_folder')
+
+
+def check_train_args(
+        parser: argparse.ArgumentParser,
+        argv: Sequence[str],
+        config: Optional[Dict[str, Any]] = None,
+        cuda_available: Optional[bool] = None,
+) -> List[str]:
+    """Problems of a whole train.py command line (``config``, the recipe, under the arguments ``argv``)."""
+    args = script_args(parser, argv, config)
+    return [] if args is None else train_args_problems(args, config, cuda_available)
+
+
+def train_args_problems(
+        args: argparse.Namespace, config: Optional[Dict[str, Any]] = None, cuda_available: Optional[bool] = None,
+) -> List[str]:
+    """:func:`check_train_args` on the namespace train.py parses (from :func:`script_args`)."""
+    problems = []
+    if isinstance(args.opt, str):
+        problems += opt_name_problems(args.opt)
+    problems += _device_problems(args.device, cuda_available)
+    problems += loss_problems(lambda k: getattr(args, k, None))
+    problems += _class_count_problems(args)
+    recipe_opt = (config or {}).get('opt')
+    if isinstance(recipe_opt, str) and is_sam_optimizer(recipe_opt) and not is_sam_optimizer(args.opt):
+        leftover = _leftover_sam_kwargs(args.opt, args.opt_kwargs or {})
+        if leftover:
+            problems.append(
+                f'--opt {args.opt} replaces the recipe\'s SAM optimizer {recipe_opt!r}, but opt_kwargs still carry '
+                f'SAM\'s {", ".join(leftover)}, which {args.opt} does not take: give the baseline its own '
+                f'--opt-kwargs (a bare `--opt-kwargs` clears them; train.py\'s --clip-grad clips)')
+    return list(dict.fromkeys(problems))
+
+
+def _leftover_sam_kwargs(opt: str, opt_kwargs: Dict[str, Any]) -> List[str]:
+    """The SAM-family settings in ``opt_kwargs`` that the plain optimizer ``opt`` has no argument for."""
+    takes = _optimizer_arguments(opt)
+    return [k for k in _SAM_ONLY_KEYS if k in opt_kwargs and k not in takes]
+
+
+def _optimizer_arguments(opt: str) -> FrozenSet[str]:
+    """The arguments of the class timm's factory builds for ``opt`` (none when timm does not know the name)."""
+    from timm.optim import get_optimizer_class, list_optimizers
+
+    name = str(opt).lower().split('_')[-1]  # timm's factory reads the text after the last underscore
+    if name not in list_optimizers():
+        return frozenset()
+    try:
+        return frozenset(inspect.signature(get_optimizer_class(name, bind_defaults=False)).parameters)
+    except (TypeError, ValueError):  # no signature to read: every SAM setting counts as left over
+        return frozenset()
+
+
+def check_validate_args(
+        parser: argparse.ArgumentParser, argv: Sequence[str], cuda_available: Optional[bool] = None) -> List[str]:
+    """Problems of a validate.py command line: a checkpoint that does not exist, CUDA that is not there."""
+    args = script_args(parser, argv)
+    return [] if args is None else validate_args_problems(args, cuda_available)
+
+
+def validate_args_problems(args: argparse.Namespace, cuda_available: Optional[bool] = None) -> List[str]:
+    """:func:`check_validate_args` on the namespace validate.py parses (from :func:`script_args`)."""
+    problems = []
+    if args.checkpoint and not Path(args.checkpoint).expanduser().exists():  # a folder: validate.py reads each
+        problems.append(f'checkpoint {args.checkpoint!r} does not exist')
+    return problems + _device_problems(args.device, cuda_available)
+
+
+def _device_problems(device: Any, cuda_available: Optional[bool]) -> List[str]:
+    if str(device).split(':')[0] != 'cuda':
+        return []
+    if cuda_available is None:
+        import torch
+        cuda_available = torch.cuda.is_available()
+    if cuda_available:
+        return []
+    return [f'--device is {device!r} but CUDA is not available here (timm\'s scripts default to cuda): '
+            f'add --device cpu']
+
+
+def _class_count_problems(args: argparse.Namespace) -> List[str]:
+    """An ImageFolder's class count against the classes the model will have."""
+    root = args.data_dir or getattr(args, 'data', None)
+    if not root or args.class_map or str(args.dataset).lower() not in _IMAGE_FOLDER_DATASETS:
+        return []
+    split = split_folder(root, args.train_split) if os.path.isdir(root) else None
+    if split is None or not split.folder.is_dir() or (split.fallback and split.other_splits):
+        return []  # no folder, or no folder of the split (timm_ext.launch.preflight reports that)
+    train_root = split.folder
+    classes = [p for p in train_root.iterdir() if p.is_dir() and not p.name.startswith('.')]
+    if not classes:
+        return []
+    num_classes = args.num_classes
+    given = num_classes is not None
+    if not given:
+        num_classes = _model_num_classes(args.model, args.model_kwargs or {})
+        if num_classes is None:
+            return []
+    if len(classes) == num_classes:
+        return []
+    what = f'--num-classes is {num_classes}' if given else (
+        f'--num-classes is not given, so train.py keeps the model\'s default of {num_classes}')
+    return [f'the ImageFolder {train_root} has {len(classes)} classes but {what}: add --num-classes {len(classes)}']
+
+
+def _model_num_classes(model: str, model_kwargs: Dict[str, Any]) -> Optional[int]:
+    """The classes ``model`` has by default (built on the meta device: no memory, no weights)."""
+    import timm
+    import torch
+
+    import timm_ext  # noqa: F401  (registers timm-ext's models)
+    try:
+        with torch.device('meta'):
+            return int(timm.create_model(model, pretrained=False, **model_kwargs).num_classes)
+    except Exception:  # an unknown model or bad kwargs: train.py reports those itself
+        return None

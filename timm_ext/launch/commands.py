@@ -1,0 +1,186 @@
+"""The one training route: timm's own train.py (or validate.py) for the installed timm, with timm-ext loaded.
+
+``timm-ext train``, ``timm-ext demo`` and Python users share these functions: find and verify the
+script (:mod:`timm_ext.launch.find`), check the recipe and arguments before anything starts, on the
+namespace the script itself parses (:mod:`timm_ext.recipes.checks`: the recipe's keys and values;
+:mod:`timm_ext.launch.arg_checks`: the device, the optimizer, the class count;
+:mod:`timm_ext.launch.preflight`: the model, the data, the steps per epoch, the global batch), and build
+the command line of the child process (``python train.py ... --device-modules timm_ext`` or
+``python -m torch.distributed.run ... train.py ...``). There is no second training loop: the command
+runs timm's script unchanged.
+"""
+import argparse
+import os
+import site
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from timm_ext.launch import preflight
+from timm_ext.launch.arg_checks import train_args_problems, validate_args_problems
+from timm_ext.launch.find import ScriptError, TimmScript, ddp_passes_device_ids, find_script, load_script_parser
+from timm_ext.recipes import RecipeError, check_recipe, find_recipe, load_recipe
+
+__all__ = [
+    'TrainCommand', 'TrainConfigError', 'build_train_command', 'build_validate_command', 'check_train_command',
+    'check_validate_command', 'child_env', 'resolve_script',
+]
+
+
+class TrainConfigError(ValueError):
+    """The script cannot be found, or the recipe/arguments would not do what they say (one line per problem)."""
+
+
+@dataclass(frozen=True)
+class TrainCommand:
+    """A resolved command: the argv of the child process, the script it runs, and what the checks let pass with a
+    warning (one line each, e.g. a paper recipe at another global batch with ``allow_batch_change``)."""
+    argv: List[str]
+    script: TimmScript
+    warnings: Tuple[str, ...] = ()
+
+
+def resolve_script(name: str, path: Optional[Union[str, Path]] = None, allow_unverified: bool = False) -> TimmScript:
+    """:func:`~timm_ext.launch.find.find_script` with its refusal as a TrainConfigError (the one wrapper of it)."""
+    try:
+        return find_script(name, path=path, allow_unverified=allow_unverified)
+    except ScriptError as e:
+        raise TrainConfigError(str(e)) from None
+
+
+def _device_modules(effective: Any) -> List[str]:
+    """``--device-modules timm_ext ...`` when the command line and recipe do not load timm_ext yet."""
+    modules = getattr(effective, 'device_modules', None) if effective is not None else None
+    if isinstance(modules, (list, tuple)) and 'timm_ext' in modules:
+        return []
+    if isinstance(modules, str):  # a recipe's string (checks skipped): train.py would iterate its characters
+        modules = [modules]
+    return ['--device-modules', *dict.fromkeys(['timm_ext', *(modules or [])])]
+
+
+def check_train_command(
+        parser: argparse.ArgumentParser,
+        train_args: Sequence[str],
+        recipe: Optional[Path] = None,
+        config: Optional[Dict[str, Any]] = None,
+        processes: int = 1,
+        allow_batch_change: bool = False,
+        script_dir: Optional[Union[str, Path]] = None,
+        cuda_available: Optional[bool] = None,
+) -> preflight.Preflight:
+    """Every check of a train.py command against train.py's ``parser``: the recipe's keys and values, the
+    arguments, and the preflight (model, data, steps per epoch, global batch); problems without repeats."""
+    config = config or {}
+    problems = check_recipe(config, parser) if recipe is not None else []
+    args = preflight.script_args(parser, train_args, config)
+    found = preflight.Preflight()
+    if args is not None:  # else train.py prints its own usage error
+        problems += train_args_problems(args, config, cuda_available=cuda_available)
+        found = preflight.check_train(args, recipe=recipe, config=config, processes=processes,
+                                      allow_batch_change=allow_batch_change, script_dir=script_dir)
+    return preflight.Preflight(list(dict.fromkeys(problems + found.problems)), found.warnings)
+
+
+def check_validate_command(
+        parser: argparse.ArgumentParser,
+        validate_args: Sequence[str],
+        imports: Sequence[str] = (),
+        script_dir: Optional[Union[str, Path]] = None,
+        cuda_available: Optional[bool] = None,
+) -> preflight.Preflight:
+    """Every check of a validate.py command against validate.py's ``parser`` (checkpoint, CUDA, model, data)."""
+    problems: List[str] = []
+    args = preflight.script_args(parser, validate_args)
+    if args is not None:  # else validate.py prints its own usage error
+        problems += validate_args_problems(args, cuda_available=cuda_available)
+        problems += preflight.check_validate(args, imports=imports, script_dir=script_dir).problems
+    return preflight.Preflight(list(dict.fromkeys(problems)))
+
+
+def build_train_command(
+        train_args: Sequence[str] = (),
+        recipe: Optional[Union[str, Path]] = None,
+        timm_train: Optional[Union[str, Path]] = None,
+        allow_unverified: bool = False,
+        nproc_per_node: Optional[int] = None,
+        check: bool = True,
+        script: Optional[TimmScript] = None,
+        allow_batch_change: bool = False,
+) -> TrainCommand:
+    """The command that runs timm's train.py with ``recipe`` (a path or packaged name) and ``train_args``.
+
+    With ``check``, the recipe and the arguments are validated against train.py's own parser first and
+    every problem is raised at once as a TrainConfigError (one line each, each with its fix).
+    ``allow_batch_change``: a packaged paper recipe may run at another global batch than its paper's (the
+    command then carries a warning).
+    """
+    if nproc_per_node is not None and nproc_per_node < 1:
+        raise TrainConfigError(f'--nproc-per-node must be at least 1, got {nproc_per_node}')
+    script = script or resolve_script('train.py', timm_train, allow_unverified)
+    recipe_path: Optional[Path] = None
+    config: Dict[str, Any] = {}
+    if recipe is not None:
+        try:
+            recipe_path = find_recipe(recipe)
+            config = load_recipe(recipe_path)
+        except RecipeError as e:
+            raise TrainConfigError(str(e)) from None
+    parser = load_script_parser(script.path)
+    extra = list(train_args)
+    warnings: Tuple[str, ...] = ()
+    if check:
+        found = check_train_command(parser, extra, recipe_path, config, processes=nproc_per_node or 1,
+                                    allow_batch_change=allow_batch_change, script_dir=script.path.parent)
+        if found.problems:
+            raise TrainConfigError('\n'.join(found.problems))
+        warnings = tuple(found.warnings)
+    effective = preflight.script_args(parser, extra, config)  # what the child parses
+    nproc = nproc_per_node or 1
+    if nproc > 1 and effective is not None and str(effective.device).split(':')[0] == 'cpu' \
+            and ddp_passes_device_ids(script.path):
+        raise TrainConfigError(
+            f'train.py of {script.tag or "this version"} cannot run DDP on the CPU (it passes device_ids to '
+            f'DistributedDataParallel, which torch refuses for a CPU model): drop --nproc-per-node or train on GPUs')
+    args = (['-c', str(recipe_path)] if recipe_path else []) + extra + _device_modules(effective)
+    if nproc_per_node is None:
+        argv = [sys.executable, str(script.path), *args]
+    else:
+        argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc-per-node={nproc}',
+                str(script.path), *args]
+    return TrainCommand(argv=argv, script=script, warnings=warnings)
+
+
+def build_validate_command(
+        validate_args: Sequence[str] = (),
+        timm_validate: Optional[Union[str, Path]] = None,
+        allow_unverified: bool = False,
+        imports: Sequence[str] = (),
+        check: bool = True,
+        script: Optional[TimmScript] = None,
+) -> TrainCommand:
+    """The command that runs timm's validate.py with timm_ext (and ``imports``) imported first.
+
+    validate.py has no ``--device-modules``, so a small runner (``timm_ext.cli._child``) imports the
+    modules and then runs the unchanged script as ``__main__``.
+    """
+    script = script or resolve_script('validate.py', timm_validate, allow_unverified)
+    extra = list(validate_args)
+    if check:
+        problems = check_validate_command(load_script_parser(script.path), extra, imports,
+                                          script_dir=script.path.parent).problems
+        if problems:
+            raise TrainConfigError('\n'.join(problems))
+    modules = ','.join(dict.fromkeys(['timm_ext', *imports]))
+    argv = [sys.executable, '-m', 'timm_ext.cli._child', modules, str(script.path), *extra]
+    return TrainCommand(argv=argv, script=script)
+
+
+def child_env() -> Dict[str, str]:
+    """The environment for timm's script: the same timm_ext as this process, even from a source checkout."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    site_dirs = {str(Path(p).resolve()) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    if root not in site_dirs:
+        env['PYTHONPATH'] = os.pathsep.join(p for p in (root, env.get('PYTHONPATH')) if p)
+    return env

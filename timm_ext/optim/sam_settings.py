@@ -1,0 +1,260 @@
+"""The settings of the SAM family, each declared once: SAM's, and GSAM's and LookSAM's extending it.
+
+A setting is one field of a frozen dataclass; everything else derives from the fields:
+
+* validation (each field's ``check`` in its metadata, plus a family's checks across fields);
+* the optimizer's constructor and factory signatures (``signature``): a family's own fields first, in the
+  order its class body declares them, then the inherited ones, with ``model`` after ``clip_mode``;
+* where the value lives: ``group=True`` fields are parameter-group defaults (a group may carry its own
+  ``rho``), the others travel in the state dict's ``"sam"`` entry, in copies and pickles, in ``repr`` and
+  in the log line of settings a loaded checkpoint changes;
+* ``sam_opt_kwargs()``: every optimizer keyword the SAM family takes and a base optimizer does not.
+
+Adding a setting: one field (with its ``check``) in the family's dataclass, plus its test.
+"""
+import dataclasses
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Tuple, Type
+
+from timm_ext._checks import is_positive_int
+
+__all__ = ['GSAMSettings', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL',
+           'LookSAMSettings', 'SAMSettings', 'SAM_RHO', 'check_group', 'sam_opt_kwargs']
+
+SAM_RHO = 0.05
+# GSAM paper, Table 4, ResNet-50/101 on ImageNet (the ViT/Mixer values are per model: see docs/sam.md)
+GSAM_RHO_MAX = 0.04
+GSAM_RHO_MIN = 0.02
+GSAM_ALPHA = 0.01
+LOOKSAM_ALPHA = 0.7  # pytorch_optimizer.LookSAM's default (the paper's Algorithm 1 leaves it a hyper-parameter)
+LOOKSAM_INTERVAL = 5
+CLIP_MODES = ('norm', 'value', 'agc')
+
+
+# ---- one check per kind of value: each raises a one-line ValueError, a caller appends where it was found ----
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_rho(rho: Any) -> None:
+    if not _is_number(rho) or not rho >= 0 or math.isinf(rho):
+        raise ValueError(f'SAM rho must be a finite number >= 0, got rho={rho!r}')
+
+
+def check_eta(eta: Any) -> None:
+    if not _is_number(eta) or not eta >= 0:
+        raise ValueError(f'SAM eta must be >= 0, got eta={eta!r}')
+
+
+def check_clip_grad(clip_grad: Any) -> None:
+    if clip_grad is not None and (not _is_number(clip_grad) or not clip_grad > 0):
+        raise ValueError(f'SAM clip_grad must be > 0 or None, got clip_grad={clip_grad!r}')
+
+
+def check_clip_mode(clip_mode: Any) -> None:
+    if clip_mode not in CLIP_MODES:
+        raise ValueError(f'SAM clip_mode must be one of {CLIP_MODES}, got clip_mode={clip_mode!r}')
+
+
+def check_interval(interval: Any) -> None:
+    if not is_positive_int(interval):
+        raise ValueError(f'SAM interval must be an integer >= 1 (a SAM step every interval-th step), '
+                         f'got interval={interval!r}')
+
+
+def check_m_sharpness(m_sharpness: Any) -> None:
+    if m_sharpness is None:
+        return
+    if not is_positive_int(m_sharpness):
+        raise ValueError(f'SAM m_sharpness must be a positive integer (images per perturbation) or None, '
+                         f'got m_sharpness={m_sharpness!r}')
+
+
+def _check_alpha(family: str) -> Callable[[Any], None]:
+    def check_alpha(alpha: Any) -> None:
+        if not _is_number(alpha) or not 0 <= alpha < 1:
+            raise ValueError(f'{family} alpha must be in [0, 1), got alpha={alpha!r}')
+    return check_alpha
+
+
+def _check_lr_min(lr_min: Any) -> None:
+    if not _is_number(lr_min) or not lr_min >= 0:
+        raise ValueError(f'GSAM lr_min must be a number >= 0, got lr_min={lr_min!r}')
+
+
+def _no_check(value: Any) -> None:
+    """A setting whose value is checked with the others (``_check_together``) or accepts anything."""
+
+
+def setting(default: Any, check: Callable[[Any], None], group: bool = False, init: bool = True) -> Any:
+    """One setting: its default, its check, and whether it is a parameter-group default (``group``)."""
+    return field(default=default, init=init, metadata={'check': check, 'group': group})
+
+
+# the checks a parameter group's own values get (GSAM's group rho is its rho_t: checked the same way)
+_GROUP_CHECKS = {'rho': check_rho, 'eta': check_eta}
+
+
+def check_group(group: Dict[str, Any], where: str) -> None:
+    """Check a parameter group's SAM values (``rho``, ``eta``) where it carries them."""
+    for key, check in _GROUP_CHECKS.items():
+        if key in group:
+            _with_where(check, group[key], where)
+
+
+def _with_where(check: Callable[[Any], None], value: Any, where: str) -> None:
+    try:
+        check(value)
+    except ValueError as error:
+        raise ValueError(f'{error}{where}') from None
+
+
+@dataclass(frozen=True)
+class SAMSettings:
+    """SAM's settings (see :class:`timm_ext.optim.SAM` for what each one does)."""
+    rho: float = setting(SAM_RHO, check_rho, group=True)
+    adaptive: bool = setting(False, _no_check, group=True)
+    eta: float = setting(0.01, check_eta, group=True)
+    clip_grad: Optional[float] = setting(None, check_clip_grad)
+    clip_mode: str = setting('norm', check_clip_mode)
+    interval: int = setting(1, check_interval)
+    m_sharpness: Optional[int] = setting(None, check_m_sharpness)
+
+    family = 'SAM'
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'adaptive', bool(self.adaptive))
+        self._check_together()
+        for f in dataclasses.fields(self):
+            if f.init:
+                f.metadata['check'](getattr(self, f.name))
+
+    def _check_together(self) -> None:
+        """Checks across fields (run before the per-field ones)."""
+
+    @classmethod
+    def checked(cls, where: str = '', **values: Any) -> 'SAMSettings':
+        """Build and check; ``where`` ends every error message (' in the loaded state dict')."""
+        try:
+            return cls(**values)
+        except ValueError as error:
+            raise ValueError(f'{error}{where}') from None
+
+    # ---- what derives from the fields ----------------------------------------------------------------
+
+    @classmethod
+    def init_names(cls) -> Tuple[str, ...]:
+        """Every setting a user gives, in field order."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+    @classmethod
+    def group_names(cls) -> Tuple[str, ...]:
+        """Settings given per parameter group (a loaded group that changes one is logged)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init and f.metadata['group'])
+
+    @classmethod
+    def optimizer_names(cls) -> Tuple[str, ...]:
+        """Settings of the optimizer as a whole: its state-dict entry, its repr, the logged changes."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init and not f.metadata['group'])
+
+    def group_defaults(self) -> Dict[str, Any]:
+        """What every parameter group gets unless it has its own value."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata['group']}
+
+    def optimizer_values(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in self.optimizer_names()}
+
+    def replace(self, where: str = '', **changes: Any) -> 'SAMSettings':
+        """These settings with ``changes``, checked (``where`` ends an error message)."""
+        values = {name: getattr(self, name) for name in self.init_names()}
+        values.update(changes)
+        return type(self).checked(where, **values)
+
+    @classmethod
+    def signature_names(cls) -> Tuple[str, ...]:
+        """Constructor order: the fields this class (then each base) declares, ``model`` after ``clip_mode``."""
+        names = []
+        for klass in cls.__mro__:
+            for name in vars(klass).get('__annotations__', {}):
+                if name not in names and name in cls.init_names():
+                    names.append(name)
+        index = names.index('clip_mode') + 1
+        return tuple(names[:index]) + ('model',) + tuple(names[index:])
+
+    @classmethod
+    def signature(cls, leading: Tuple[inspect.Parameter, ...], defaults: Optional[Dict[str, Any]] = None,
+                  model_default: Any = None) -> inspect.Signature:
+        """``leading`` parameters, then the settings (``defaults`` override a field's), then ``**base_kwargs``."""
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        by_name = {f.name: f for f in dataclasses.fields(cls)}
+        params = list(leading)
+        for name in cls.signature_names():
+            if name == 'model':
+                params.append(inspect.Parameter('model', kind, default=model_default, annotation='Optional[nn.Module]'))
+                continue
+            default = (defaults or {}).get(name, by_name[name].default)
+            params.append(inspect.Parameter(name, kind, default=default, annotation=by_name[name].type))
+        params.append(inspect.Parameter('base_kwargs', inspect.Parameter.VAR_KEYWORD, annotation=Any))
+        return inspect.Signature(params)
+
+
+@dataclass(frozen=True)
+class GSAMSettings(SAMSettings):
+    """GSAM's settings: SAM's, with the radius scheduled between ``rho_min`` and ``rho_max`` by the lr."""
+    rho_max: float = setting(GSAM_RHO_MAX, check_rho)
+    rho_min: float = setting(GSAM_RHO_MIN, check_rho)
+    alpha: float = setting(GSAM_ALPHA, _check_alpha('GSAM'))
+    lr_max: Optional[float] = setting(None, _no_check)
+    lr_min: float = setting(0.0, _check_lr_min)
+    rho: float = setting(GSAM_RHO_MAX, check_rho, group=True, init=False)  # each step's rho_t: not given
+
+    family = 'GSAM'
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'rho', self.rho_max)
+        super().__post_init__()
+        object.__setattr__(self, 'lr_min', float(self.lr_min))
+        if self.lr_max is not None:
+            object.__setattr__(self, 'lr_max', float(self.lr_max))
+
+    def _check_together(self) -> None:
+        check_rho(self.rho_max)
+        check_rho(self.rho_min)
+        if self.rho_min > self.rho_max:
+            raise ValueError(f'GSAM rho_min must be <= rho_max, got rho_min={self.rho_min!r} > '
+                             f'rho_max={self.rho_max!r}')
+        _check_lr_min(self.lr_min)
+        lr_max = self.lr_max
+        if lr_max is not None and (not _is_number(lr_max) or not lr_max >= self.lr_min):
+            raise ValueError(f'GSAM lr_max must be >= lr_min={self.lr_min!r} or None (the initial lr), '
+                             f'got lr_max={lr_max!r}')
+
+
+@dataclass(frozen=True)
+class LookSAMSettings(SAMSettings):
+    """LookSAM's settings: SAM's, with ``alpha`` (weight of the reused direction) and a SAM step every
+    ``interval`` (k) steps."""
+    rho: float = setting(SAM_RHO, check_rho, group=True)
+    alpha: float = setting(LOOKSAM_ALPHA, _check_alpha('LookSAM'))
+    interval: int = setting(LOOKSAM_INTERVAL, check_interval)
+
+    family = 'LookSAM'
+
+
+FAMILIES: Tuple[Type[SAMSettings], ...] = (SAMSettings, GSAMSettings, LookSAMSettings)
+
+
+def sam_opt_kwargs() -> Tuple[str, ...]:
+    """Every optimizer keyword a SAM-family optimizer takes from timm's factory (``opt_kwargs`` of a recipe)
+    and a plain base optimizer does not: ``base`` and each family's settings, in declaration order.
+
+    A recipe that swaps its SAM optimizer for a plain one (``--opt adamw``) but keeps one of these
+    in ``opt_kwargs`` would fail in the base optimizer (or, for ``alpha``, change RMSprop's meaning).
+    """
+    names = ['base']
+    for family in FAMILIES:
+        names.extend(n for n in family.init_names() if n not in names)
+    return tuple(names)

@@ -1,0 +1,153 @@
+"""A recipe against train.py's own parser, before train.py runs: each problem is one line that says the fix.
+
+train.py feeds a recipe to its parser with ``set_defaults``, which silently accepts any key. The checks
+catch what would otherwise cost a run:
+
+* a key train.py does not know (``rho:`` at the top level instead of under ``opt_kwargs``);
+* a value of the wrong kind for its argument (``device_modules: timm_ext`` instead of a list,
+  ``epochs: 1.5``, a value outside the argument's choices);
+* an ``opt`` name with an underscore before a SAM name (``sam_adamw``): timm's optimizer factory
+  keeps only the text after the last underscore and builds plain AdamW;
+* ``bce_loss: true`` with label smoothing 0 and no mixup / cutmix: train.py then builds softmax
+  cross-entropy and ignores ``bce_loss`` (it builds its BCE loss only in the mixup and smoothing branches).
+
+The same optimizer and loss rules apply to a whole command line (:mod:`timm_ext.launch.arg_checks`).
+"""
+import argparse
+import difflib
+from functools import partial
+from typing import Any, Callable, Dict, List, Optional
+
+from timm_ext._timm_compat import parser_actions
+from timm_ext.optim.sam_settings import sam_opt_kwargs
+
+__all__ = ['actions_by_dest', 'check_recipe', 'is_sam_optimizer', 'kind_of', 'loss_problems', 'opt_name_problems']
+
+# the SAM family's own optimizer arguments (opt_kwargs), from its settings declarations
+_SAM_ONLY_KEYS = sam_opt_kwargs()
+
+
+def is_sam_optimizer(opt: str) -> bool:
+    """True when timm's factory (with timm_ext loaded) builds a SAM-family optimizer for ``opt`` (``samadamw``,
+    ``gsamadamw``, ``looksamadamw``, ``lookahead_sam``)."""
+    from timm.optim import get_optimizer_info, list_optimizers
+
+    import timm_ext.optim  # noqa: F401  (registers SAM with timm's factory)
+    from timm_ext.optim.sam_factory import create_gsam, create_looksam, create_sam
+
+    name = str(opt).lower().split('_')[-1]
+    if name not in list_optimizers():
+        return False
+    opt_class = get_optimizer_info(name).opt_class
+    return isinstance(opt_class, partial) and opt_class.func in (create_sam, create_gsam, create_looksam)
+
+
+def check_recipe(config: Dict[str, Any], parser: argparse.ArgumentParser) -> List[str]:
+    """Problems of a recipe against train.py's ``parser``: unknown keys, values of the wrong kind, a SAM name
+    that timm's factory would not build. Each problem is one line that says the fix."""
+    actions = actions_by_dest(parser)
+    problems = []
+    for key, value in config.items():
+        action = actions.get(key)
+        if action is None:
+            problems.append(_unknown_key(key, actions))
+        elif key == 'device_modules' and isinstance(value, str):
+            problems.append(f'device_modules is the string {value!r}: train.py would import each of its characters; '
+                            f'write a list: `device_modules: [{value}]`')
+        else:
+            problem = _value_problem(action, value)
+            if problem:
+                problems.append(f'recipe key {key!r}: {problem}')
+    opt = config.get('opt')
+    if isinstance(opt, str):
+        problems += opt_name_problems(opt)
+    return problems + loss_problems(lambda k: config.get(k, actions[k].default if k in actions else None))
+
+
+def actions_by_dest(parser: argparse.ArgumentParser) -> Dict[str, argparse.Action]:
+    """The parser's arguments by their ``dest`` (a recipe's key), without ``--help``."""
+    return {a.dest: a for a in parser_actions(parser)}
+
+
+def _unknown_key(key: Any, actions: Dict[str, argparse.Action]) -> str:
+    line = f'recipe key {key!r} is not a train.py argument (train.py ignores unknown keys silently)'
+    if key in _SAM_ONLY_KEYS:
+        return f'{line}: SAM\'s {key} goes under opt_kwargs, e.g. `opt_kwargs: {{{key}: ...}}`'
+    close = difflib.get_close_matches(str(key).replace('-', '_'), list(actions), n=1, cutoff=0.6)
+    return f'{line}: did you mean {close[0]!r}?' if close else f'{line}: remove it'
+
+
+def opt_name_problems(opt: str) -> List[str]:
+    """``sam_adamw``: timm's factory keeps the text after the last underscore, so SAM silently becomes AdamW."""
+    parts = opt.lower().split('_')
+    prefix = ['lookahead'] if len(parts) > 1 and parts[0] == 'lookahead' else []
+    rest = parts[len(prefix):]
+    if len(rest) < 2 or is_sam_optimizer(rest[-1]) or not any(is_sam_optimizer(p) for p in rest[:-1]):
+        return []
+    joined = '_'.join(prefix + [''.join(rest)])
+    fix = repr(joined) if is_sam_optimizer(joined) else (
+        f"{'_'.join(prefix + [rest[0]])!r} with opt_kwargs: {{base: {rest[-1]}}}")
+    return [f'opt {opt!r} builds plain {rest[-1]} in timm\'s optimizer factory (it keeps only the text after the '
+            f'last underscore), not SAM: write {fix}']
+
+
+def loss_problems(get: Callable[[str], Any]) -> List[str]:
+    """train.py (v1.0.28) builds BinaryCrossEntropy only when mixup / cutmix or label smoothing is on."""
+    try:
+        smoothing, mixup, cutmix = (float(get(k) or 0) for k in ('smoothing', 'mixup', 'cutmix'))
+    except (TypeError, ValueError):  # a bad value is reported by the type checks
+        return []
+    if get('bce_loss') is not True or get('jsd_loss') or mixup > 0 or cutmix > 0 or get('cutmix_minmax') is not None:
+        return []
+    if smoothing:
+        return []
+    return ['bce_loss is true but smoothing is 0 and mixup / cutmix are off: train.py then trains with softmax '
+            'cross-entropy and ignores bce_loss; for the sigmoid loss without smoothing set a negligible '
+            'smoothing, e.g. `smoothing: 1.0e-06`']
+
+
+def kind_of(value: Any) -> str:
+    """``an int``, ``a str``: the value's type with its article."""
+    name = type(value).__name__
+    return f'{"an" if name[0] in "aeiou" else "a"} {name}'
+
+
+def _scalar_problem(action: argparse.Action, value: Any) -> Optional[str]:
+    kind = action.type or str
+    if kind in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (
+                kind is int and isinstance(value, float)):
+            return f'{value!r} is {kind_of(value)}; train.py expects {kind.__name__}'
+        if isinstance(value, str):
+            try:
+                kind(value)
+            except ValueError:
+                return f'{value!r} is not a number; train.py expects {kind.__name__}'
+    elif kind is str and not isinstance(value, str):
+        return f'{value!r} is {kind_of(value)}; train.py expects text'
+    if action.choices is not None and value not in action.choices:
+        return f'{value!r} is not one of {", ".join(map(str, action.choices))}'
+    return None
+
+
+def _value_problem(action: argparse.Action, value: Any) -> Optional[str]:
+    """Why ``value`` does not fit ``action`` (None when it does); None values keep train.py's default."""
+    if value is None:
+        return None
+    if isinstance(action.default, dict):  # timm's ParseKwargs (--model-kwargs, --opt-kwargs)
+        return None if isinstance(value, dict) else f'{value!r} is {kind_of(value)}; train.py expects a mapping'
+    if action.nargs == 0:  # flags
+        return None if isinstance(value, bool) else f'{value!r} is {kind_of(value)}; train.py expects true or false'
+    if action.nargs in ('+', '*') or isinstance(action.nargs, int):
+        if not isinstance(value, (list, tuple)):
+            return f'{value!r} is {kind_of(value)}; train.py expects a list, e.g. [{value}]'
+        if isinstance(action.nargs, int) and len(value) != action.nargs:
+            return f'{value!r} has {len(value)} items; train.py expects {action.nargs}'
+        if action.nargs == '+' and not value:
+            return 'an empty list; train.py expects at least one item'
+        for item in value:
+            problem = _scalar_problem(action, item)
+            if problem:
+                return problem
+        return None
+    return _scalar_problem(action, value)
