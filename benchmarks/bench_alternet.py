@@ -15,7 +15,10 @@ of ``--reps``; ratio = official time / our time (> 1: ours is faster). The ``mem
 models and the input are given, as a user would run them: ``contiguous`` (NCHW, the default) or, with
 ``--channels-last``, channels-last. Ours is run as created (``channels_last=True``: it converts the input once and
 runs its trunk channels-last whatever it is given); ``--keep-format`` adds rows of ours with
-``channels_last=False`` (trunk in the given format) to show what that conversion is worth.
+``channels_last=False`` (trunk in the given format) to show what that conversion is worth. Ours times the two
+small-map routes of each last-stage conv at its first call (``timm_ext.layers.SmallMapConv2d``; the warm-up absorbs
+it); ``--fixed-small-map-rule`` turns that off (the fixed rule: every small map takes the small-map route).
+Every run prints the CPU or GPU it ran on: speed figures name their machine.
 
 Without ``--official``: train steps (with AdamW) of AlterNet next to its baselines (paper App. E: Alter-ResNet-50
 20 % faster than the pre-activation ResNet-50 on CIFAR-100, on a GPU):
@@ -24,11 +27,12 @@ Without ``--official``: train steps (with AdamW) of AlterNet next to its baselin
   * alternet_50        vs timm's resnetv2_50, 224 x 224.
 
     python benchmarks/bench_alternet.py --official /tmp/how-do-vits-work [--threads 2] [--reps 7] [--channels-last]
-        [--keep-format] [--configs cifar imagenet]
+        [--keep-format] [--configs cifar imagenet] [--fixed-small-map-rule]
     python benchmarks/bench_alternet.py [--cifar-batch 32] [--imagenet-batch 4] [--reps 5] [--device cpu]
 """
 import argparse
 import importlib
+import platform
 import sys
 import types
 from functools import partial
@@ -42,12 +46,32 @@ import torch.nn.functional as F
 from _timing import interleaved_median_seconds, train_step
 
 import timm_ext  # noqa: F401
+from timm_ext.layers.small_map_conv import set_small_map_autotune, small_map_autotune_enabled
 from timm_ext.models import convert_official_alternet
 
 PAIRS = [  # (model, baseline, image size, batch-size argument)
     ('alternet_50_cifar', 'alternet_50_nomsa_cifar', 32, 'cifar_batch'),
     ('alternet_50', 'resnetv2_50', 224, 'imagenet_batch'),
 ]
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model name as lscpu gives it (from /proc/cpuinfo on Linux)."""
+    if device.type == 'cuda':
+        return torch.cuda.get_device_name(device)
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _machine_line(device: torch.device) -> str:
+    return (f'machine: {device_name(device)} ({device}), torch {torch.__version__}, timm {timm.__version__}, '
+            f'small-map routes: {"timed per shape" if small_map_autotune_enabled() else "fixed rule"}')
 
 
 def _import_official(path: Path) -> Tuple[types.ModuleType, types.ModuleType]:
@@ -132,6 +156,7 @@ def compare_with_official(args: argparse.Namespace, device: torch.device) -> Non
     configs = [c for c in configs if c[0].split('-')[0].lower() in args.configs]
     formats = [torch.contiguous_format] + ([torch.channels_last] if args.channels_last else [])
     trunks = [True] + ([False] if args.keep_format else [])
+    print(_machine_line(device))
     print(f'official code vs timm-ext: device={device} threads={torch.get_num_threads()} reps={args.reps} '
           f'(median, interleaved; ratio = official time / ours, > 1: ours is faster)')
     print('memory: the format models and input are given; ours trunk: channels_last (the default, input converted '
@@ -162,6 +187,7 @@ def compare_with_official(args: argparse.Namespace, device: torch.device) -> Non
 
 
 def compare_with_baselines(args: argparse.Namespace, device: torch.device) -> None:
+    print(_machine_line(device))
     print(f'device={device} threads={torch.get_num_threads()} reps={args.reps} (median, interleaved)')
     print(f'{"model":<20} {"baseline":<25} {"size":>4} {"batch":>5} {"params M":>15} '
           f'{"train img/s":>16} {"ratio":>6}')
@@ -190,6 +216,8 @@ def main() -> None:
                         help='with --official: also time ours with channels_last=False (trunk in the given format)')
     parser.add_argument('--configs', nargs='+', choices=('cifar', 'imagenet'), default=('cifar', 'imagenet'),
                         help='with --official: which of the two configurations to time')
+    parser.add_argument('--fixed-small-map-rule', action='store_true',
+                        help='no per-shape timing of the small-map routes (SmallMapConv2d): the fixed rule')
     parser.add_argument('--cifar-batch', type=int, default=32)
     parser.add_argument('--imagenet-batch', type=int, default=None, help='default: 8 with --official, else 4')
     parser.add_argument('--reps', type=int, default=None, help='default: 7 with --official, else 5')
@@ -204,6 +232,8 @@ def main() -> None:
     if threads:
         torch.set_num_threads(threads)
     device = torch.device(args.device)
+    if args.fixed_small_map_rule:
+        set_small_map_autotune(False)
     torch.manual_seed(0)
     if official:
         compare_with_official(args, device)

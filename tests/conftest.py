@@ -6,6 +6,7 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from _cuda import device  # noqa: E402, F401  (the `cuda` tests' device fixture: cuda, or cpu by TIMM_EXT_CUDA_TESTS_ON)
 
 _CACHES = itertools.count()
 

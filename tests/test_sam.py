@@ -292,7 +292,8 @@ def _sam_masks_run(model, batches, rho, lr, mode):
     return _flat(model.parameters()).detach()
 
 
-_DEVICES = ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA'))]
+_DEVICES = ['cpu', pytest.param('cuda', marks=[
+    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA')])]
 
 
 @pytest.mark.parametrize('device', _DEVICES)
