@@ -10,7 +10,13 @@ pytest.importorskip('sklearn', reason='the digits data needs scikit-learn (pip i
 from PIL import Image  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 
-from timm_ext.data import DIGITS_CLASSES, digits_image_folder, digits_tuning_folder, load_digits_arrays  # noqa: E402
+from timm_ext.data import (  # noqa: E402
+    DIGITS_CLASSES,
+    digits_image_folder,
+    digits_subset_folder,
+    digits_tuning_folder,
+    load_digits_arrays,
+)
 
 
 @pytest.fixture(scope='module')
@@ -160,3 +166,34 @@ def test_folders_take_the_umask(tmp_path, mask):
     for path in paths:
         assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~mask
         assert stat.S_IMODE((path / 'train').stat().st_mode) == 0o777 & ~mask
+
+
+def _names(root, split):
+    return {p.relative_to(root / split) for p in (root / split).rglob('*.png')}
+
+
+def test_subset_keeps_a_stratified_nested_fraction_and_every_validation_image(tmp_path):
+    full = digits_image_folder(tmp_path, size=8)
+    half = digits_subset_folder(0.5, tmp_path, size=8)
+    quarter = digits_subset_folder(0.25, tmp_path, size=8)
+    assert _names(half, 'validation') == _names(quarter, 'validation') == _names(full, 'validation')
+    full_train, half_train, quarter_train = (_names(r, 'train') for r in (full, half, quarter))
+    assert quarter_train < half_train < full_train  # nested, training images only
+    for cls in DIGITS_CLASSES:
+        n = sum(p.parts[0] == cls for p in full_train)
+        assert sum(p.parts[0] == cls for p in half_train) == round(n * 0.5)
+        assert sum(p.parts[0] == cls for p in quarter_train) == round(n * 0.25)
+    meta = json.loads((quarter / 'timm_ext_digits.json').read_text())
+    assert meta['counts'] == {'train': len(quarter_train), 'validation': len(_names(full, 'validation'))}
+    assert meta['train_fraction'] == 0.25
+    assert digits_subset_folder(1.0, tmp_path, size=8) == full
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(fraction=0.0), r'fraction must be a float in \(0, 1\], got fraction=0.0'),
+    (dict(fraction=1), r'fraction must be a float in \(0, 1\], got fraction=1'),
+    (dict(fraction=0.5, subset_seed='a'), r"subset_seed must be an int, got subset_seed='a'"),
+])
+def test_subset_bad_arguments_name_the_value(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        digits_subset_folder(root=tmp_path, size=8, **kwargs)

@@ -8,6 +8,8 @@ so that timm's train.py reads it through its real data pipeline.
 
 :func:`digits_tuning_folder` splits the *training* images of that split once more, into
 ``train/`` and ``heldout/``, so settings can be chosen without ever looking at ``validation/``.
+:func:`digits_subset_folder` keeps a stratified fraction of the training images (nested: a quarter is
+inside the half) and every validation image, for data-size studies (vit-sam paper, Table 5).
 
 The split is stratified and fixed by a seed, the images are upsampled with bilinear interpolation
 to ``size`` pixels and stored as RGB (train.py's ImageFolder reader converts to RGB anyway). The
@@ -25,7 +27,8 @@ import numpy as np
 
 from timm_ext._files import user_dir_mode
 
-__all__ = ['DIGITS_CLASSES', 'default_cache_dir', 'digits_image_folder', 'digits_tuning_folder', 'load_digits_arrays']
+__all__ = ['DIGITS_CLASSES', 'default_cache_dir', 'digits_image_folder', 'digits_subset_folder', 'digits_tuning_folder',
+           'load_digits_arrays']
 
 DIGITS_CLASSES = tuple(str(i) for i in range(10))
 _MARKER = 'timm_ext_digits.json'
@@ -193,3 +196,66 @@ def digits_tuning_folder(
     target = parent / f'digits_{size}px_val{val_fraction:g}_seed{seed}_heldout{heldout_fraction:g}_seed{heldout_seed}'
     return _written_once(target, 'digits tuning folder', lambda tmp: _write_tuning_folder(
         tmp, size, val_fraction, seed, heldout_fraction, heldout_seed))
+
+
+def _nested_subset(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """A boolean mask keeping ``fraction`` of each class; one shuffle per class, so smaller fractions nest."""
+    rng = np.random.default_rng(seed)
+    keep = np.zeros(len(labels), dtype=bool)
+    for cls in np.unique(labels):
+        idx = np.flatnonzero(labels == cls)
+        rng.shuffle(idx)
+        keep[idx[:max(1, int(round(len(idx) * fraction)))]] = True
+    return keep
+
+
+def _write_subset_folder(root: Path, size: int, val_fraction: float, seed: int, fraction: float,
+                         subset_seed: int) -> Dict[str, object]:
+    from PIL import Image
+
+    images, labels = load_digits_arrays()
+    is_val = _stratified_split(labels, val_fraction, seed)
+    train_idx = np.flatnonzero(~is_val)
+    kept = set(train_idx[_nested_subset(labels[train_idx], fraction, subset_seed)].tolist())
+    counts = {'train': 0, 'validation': 0}
+    for idx, (image, label) in enumerate(zip(images, labels)):
+        split = 'validation' if is_val[idx] else 'train'
+        if split == 'train' and idx not in kept:
+            continue
+        folder = root / split / DIGITS_CLASSES[label]
+        folder.mkdir(parents=True, exist_ok=True)
+        pil = Image.fromarray(image, mode='L').resize((size, size), Image.BILINEAR).convert('RGB')
+        pil.save(folder / f'{idx:04d}.png')  # the same file name as in digits_image_folder
+        counts[split] += 1
+    meta = dict(
+        format_version=_FORMAT_VERSION, source='sklearn.datasets.load_digits', size=size,
+        val_fraction=val_fraction, seed=seed, train_fraction=fraction, subset_seed=subset_seed,
+        num_classes=len(DIGITS_CLASSES), counts=counts)
+    (root / _MARKER).write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def digits_subset_folder(
+        fraction: float,
+        root: Optional[Union[str, Path]] = None,
+        size: int = 32,
+        val_fraction: float = 0.2,
+        seed: int = 0,
+        subset_seed: int = 0,
+) -> Path:
+    """:func:`digits_image_folder` with only ``fraction`` of each class's training images (written once).
+
+    ``validation/`` is the full one, so accuracies compare across fractions. The kept images are the
+    first ones of one shuffle per class (``subset_seed``): the quarter is inside the half.
+    """
+    _check_args(size, val_fraction, seed)
+    if not isinstance(fraction, float) or not 0.0 < fraction <= 1.0:
+        raise ValueError(f'fraction must be a float in (0, 1], got fraction={fraction!r}')
+    if not isinstance(subset_seed, int) or isinstance(subset_seed, bool):
+        raise ValueError(f'subset_seed must be an int, got subset_seed={subset_seed!r}')
+    if fraction == 1.0:
+        return digits_image_folder(root, size, val_fraction, seed)
+    parent = Path(root).expanduser() if root is not None else default_cache_dir() / 'data'
+    target = parent / f'digits_{size}px_val{val_fraction:g}_seed{seed}_train{fraction:g}_seed{subset_seed}'
+    return _written_once(target, 'digits subset folder', lambda tmp: _write_subset_folder(
+        tmp, size, val_fraction, seed, fraction, subset_seed))

@@ -1,0 +1,180 @@
+"""What the reproduction study trains and what it claims, written down before the runs (issue 21).
+
+Every arm is one timm ``train.py`` run per seed on the 16 px digits (the demo's data and ViT), with
+the vit-sam paper's basic regime: a random-resized ("Inception-style") crop and nothing else, no
+mixup, RandAugment, colour jitter or random erasing. Horizontal flip is off because a mirrored digit
+is another glyph. Arms that share an architecture share their initial weights and data order for a
+given seed (train.py seeds the model and the loader with ``--seed``; nothing here draws randomness
+differently between them), so each comparison is paired by seed.
+
+``CLAIMS`` fixes, for each claim, the two arms (or one arm against zero), the direction the paper
+predicts and the smallest effect that matters (``margin``); the verdict follows
+:func:`timm_ext.analysis.stats.verdict`. ``CONVERGED_GAIN`` is the convergence criterion. This file
+was committed before the first run of the study; the report prints the commit it was run with.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Dict, Tuple
+
+IMAGE_SIZE = 16
+VIT = dict(img_size=IMAGE_SIZE, patch_size=4, embed_dim=128, depth=4, num_heads=4)  # the demo's ViT
+CNN = dict(channels=(16, 32, 64, 128), num_heads=(1, 2, 4, 8), head_dim=16, stem_chs=16)  # ResNet-18 shapes / 4
+BASE_LR = 1e-3
+EPOCHS = 30  # on the full training set; a subset trains for EPOCHS / fraction epochs (the same number of steps)
+SEEDS = (0, 1, 2, 3, 4)
+SAM_RHO = 0.05
+WEIGHT_DECAY = 0.05
+
+# train.py settings of every run; --lr, --epochs and --seed are each run's
+TRAIN_ARGS = (
+    '--num-classes', '10', '--input-size', '3', str(IMAGE_SIZE), str(IMAGE_SIZE), '--crop-pct', '1.0',
+    '--mean', '0.5', '0.5', '0.5', '--std', '0.5', '0.5', '0.5', '--interpolation', 'bilinear',
+    '--train-interpolation', 'bilinear', '--scale', '0.6', '1.0', '--ratio', '0.8', '1.25',
+    '--hflip', '0', '--color-jitter', '0', '--smoothing', '0.1',
+    '--batch-size', '16', '--validation-batch-size', '128', '--weight-decay', str(WEIGHT_DECAY),
+    '--sched', 'cosine', '--sched-on-updates', '--warmup-epochs', '1', '--warmup-lr', '1e-5', '--min-lr', '0',
+    '--workers', '0', '--log-interval', '1000', '--checkpoint-hist', '1', '--device', 'cpu',
+)
+
+# A run has converged when the best validation top-1 of its last CONVERGED_TAIL of epochs beats the best
+# before them by at most CONVERGED_GAIN points (2 of the 359 validation images).
+CONVERGED_TAIL = 0.2
+CONVERGED_GAIN = 0.6
+
+# the measurement sets an arm gets (training runs are the same for all)
+VIT_ALL, VIT_SAM, CNN_ALL, CURVE = 'vit', 'vit_sam', 'cnn', 'curve'
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One trained configuration: model, optimizer, lr and training-set fraction, and what is measured on it."""
+    name: str
+    label: str
+    model: str
+    model_kwargs: Dict[str, Any]
+    opt: str = 'adamw'
+    opt_kwargs: Dict[str, Any] = field(default_factory=dict)
+    lr: float = BASE_LR
+    fraction: float = 1.0
+    measure: str = VIT_ALL
+
+    @property
+    def epochs(self) -> int:
+        return int(round(EPOCHS / self.fraction))
+
+    @property
+    def cost(self) -> float:
+        """Relative CPU time of one run (the plain ViT on the full data = 1): the ETA's model."""
+        per_epoch = {'vit_tiny_convstem': 1.2, 'alternet_18_nomsa_cifar': 0.75, 'alternet_18_cifar': 0.8}
+        sam = 1.9 if self.opt.startswith('sam') else 1.0
+        measure = {VIT_ALL: 0.35, VIT_SAM: 0.3, CNN_ALL: 0.3, CURVE: 0.0}[self.measure]
+        return per_epoch.get(self.model, 1.0) * sam * (1.0 + 0.05 * (1 / self.fraction - 1)) + measure
+
+
+_SAM = dict(rho=SAM_RHO)
+ARMS: Tuple[Arm, ...] = (
+    Arm('vit', 'ViT + AdamW', 'vit_tiny_patch16_224', VIT),
+    Arm('vit_sam', 'ViT + SAM', 'vit_tiny_patch16_224', VIT, 'samadamw', _SAM),
+    Arm('resnet', 'pre-act ResNet-18/4 + AdamW', 'alternet_18_nomsa_cifar', CNN, measure=CNN_ALL),
+    Arm('resnet_sam', 'pre-act ResNet-18/4 + SAM', 'alternet_18_nomsa_cifar', CNN, 'samadamw', _SAM,
+        measure=CNN_ALL),
+    Arm('alternet', 'AlterNet-18/4 + AdamW', 'alternet_18_cifar', CNN, measure=CNN_ALL),
+    Arm('vit_cb', 'ViT + CB (blocks 3-4)', 'vit_tiny_cb', VIT),
+    Arm('vit_cb_all', 'ViT + CB (every block)', 'vit_tiny_cb_all', VIT),
+    Arm('vit_convstem', 'ViT conv stem + AdamW', 'vit_tiny_convstem', VIT),
+    Arm('vit_half', 'ViT + AdamW, 1/2 data', 'vit_tiny_patch16_224', VIT, fraction=0.5, measure=VIT_SAM),
+    Arm('vit_sam_half', 'ViT + SAM, 1/2 data', 'vit_tiny_patch16_224', VIT, 'samadamw', _SAM, fraction=0.5,
+        measure=VIT_SAM),
+    Arm('vit_quarter', 'ViT + AdamW, 1/4 data', 'vit_tiny_patch16_224', VIT, fraction=0.25, measure=VIT_SAM),
+    Arm('vit_sam_quarter', 'ViT + SAM, 1/4 data', 'vit_tiny_patch16_224', VIT, 'samadamw', _SAM, fraction=0.25,
+        measure=VIT_SAM),
+    Arm('vit_lr3e-3', 'ViT (patchify), lr 3e-3', 'vit_tiny_patch16_224', VIT, lr=3e-3, measure=CURVE),
+    Arm('vit_convstem_lr3e-3', 'ViT conv stem, lr 3e-3', 'vit_tiny_convstem', VIT, lr=3e-3, measure=CURVE),
+    Arm('vit_lr1e-2', 'ViT (patchify), lr 1e-2', 'vit_tiny_patch16_224', VIT, lr=1e-2, measure=CURVE),
+    Arm('vit_convstem_lr1e-2', 'ViT conv stem, lr 1e-2', 'vit_tiny_convstem', VIT, lr=1e-2, measure=CURVE),
+)
+ARM_BY_NAME = {a.name: a for a in ARMS}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a paper as a paired comparison: ``b - a`` per seed, in the predicted ``direction``.
+
+    ``a`` may be None: ``b``'s own value against zero (a one-sample claim such as "the MSA blocks lower the
+    variance": log ratio < 0). ``metric`` names a per-run quantity of the report's ``METRICS``; ``gain_of``
+    makes it a difference of differences (SAM's gain of one pair against another's). ``direction``
+    'unchanged' claims no effect: reproduced when the interval lies inside ``(-margin, margin)``.
+    """
+    key: str
+    paper: str
+    source: str
+    text: str
+    metric: str
+    a: Any
+    b: Any
+    direction: str
+    margin: float
+    unit: str = ''
+
+
+CLAIMS: Tuple[Claim, ...] = (
+    # vit-sam: Sec. 4 / Table 2, Table 5, Table 1, Sec. 4.3 Fig. 2
+    Claim('sam_vit_top1', 'vit-sam', 'Sec. 4, Table 2', 'SAM raises the ViT\'s top-1', 'top1', 'vit', 'vit_sam',
+          'increase', 1.0, ' pt'),
+    Claim('sam_resnet_top1', 'vit-sam', 'Table 2', 'SAM raises the ResNet\'s top-1', 'top1', 'resnet',
+          'resnet_sam', 'increase', 1.0, ' pt'),
+    Claim('sam_vit_gain_larger', 'vit-sam', 'Sec. 4, Table 2', 'SAM\'s top-1 gain is larger for the ViT than for '
+          'the ResNet', 'top1', ('resnet', 'resnet_sam'), ('vit', 'vit_sam'), 'increase', 1.0, ' pt'),
+    Claim('sam_gain_half', 'vit-sam', 'Table 5', 'SAM\'s top-1 gain on the ViT grows with 1/2 of the data',
+          'top1', ('vit', 'vit_sam'), ('vit_half', 'vit_sam_half'), 'increase', 1.0, ' pt'),
+    Claim('sam_gain_quarter', 'vit-sam', 'Table 5', 'SAM\'s top-1 gain on the ViT grows with 1/4 of the data',
+          'top1', ('vit', 'vit_sam'), ('vit_quarter', 'vit_sam_quarter'), 'increase', 1.0, ' pt'),
+    Claim('sam_lambda_max', 'vit-sam', 'Table 1', 'SAM lowers the ViT\'s lambda_max (log scale)',
+          'log_lambda_max', 'vit', 'vit_sam', 'decrease', 0.1),
+    Claim('sam_noisy_loss', 'vit-sam', 'Table 1', 'SAM lowers the ViT\'s L_train^N', 'noisy_loss', 'vit',
+          'vit_sam', 'decrease', 0.05),
+    Claim('sam_active_neurons', 'vit-sam', 'Sec. 4.3, Fig. 2', 'SAM lowers the share of active neurons in the '
+          'ViT\'s first block', 'active_first', 'vit', 'vit_sam', 'decrease', 0.01),
+    # scaled-relu: Table 1 (lr robustness), Sec. 4 (early convergence), Fig. 1 (token similarity)
+    Claim('stem_lr_1e-3', 'scaled-relu', 'Table 1', 'at lr 1e-3 the conv stem reaches a higher top-1 than '
+          'patchify', 'top1', 'vit', 'vit_convstem', 'increase', 1.0, ' pt'),
+    Claim('stem_lr_3e-3', 'scaled-relu', 'Table 1', 'at lr 3e-3 the conv stem reaches a higher top-1 than '
+          'patchify', 'top1', 'vit_lr3e-3', 'vit_convstem_lr3e-3', 'increase', 1.0, ' pt'),
+    Claim('stem_lr_1e-2', 'scaled-relu', 'Table 1', 'at lr 1e-2 the conv stem reaches a higher top-1 than '
+          'patchify', 'top1', 'vit_lr1e-2', 'vit_convstem_lr1e-2', 'increase', 1.0, ' pt'),
+    Claim('stem_early', 'scaled-relu', 'Sec. 4 (18.1 vs 10.6 % at epoch 5)', 'the conv stem converges faster: '
+          'top-1 after 1/10 of the epochs', 'top1_early', 'vit', 'vit_convstem', 'increase', 1.0, ' pt'),
+    Claim('stem_tokens', 'scaled-relu', 'Fig. 1', 'the conv stem lowers the token similarity after the stem',
+          'token_similarity_stem', 'vit', 'vit_convstem', 'decrease', 0.02),
+    # context broadcasting: Fig. 7a (entropy), Fig. 7b (distance), top-1
+    Claim('cb_entropy_cls', 'context-broadcasting', 'Fig. 7a', 'CB lowers the class token\'s attention entropy '
+          'in the CB layers', 'entropy_cls_deep', 'vit', 'vit_cb', 'decrease', 0.05, ' nats'),
+    Claim('cb_entropy_all', 'context-broadcasting', 'Fig. 7a', 'CB lowers the attention entropy (all queries) '
+          'in the CB layers', 'entropy_all_deep', 'vit', 'vit_cb', 'decrease', 0.05, ' nats'),
+    Claim('cb_distance', 'context-broadcasting', 'Fig. 7b', 'CB leaves the mean attention distance unchanged',
+          'distance_deep', 'vit', 'vit_cb', 'unchanged', 0.02),
+    Claim('cb_top1', 'context-broadcasting', 'Tables 1-2', 'CB raises top-1', 'top1', 'vit', 'vit_cb',
+          'increase', 1.0, ' pt'),
+    # how-do-vits-work: Fig. 9 (variance), Fig. 8 (high frequencies), Fig. 4 / 1c (Hessian spectra)
+    Claim('msa_variance', 'how-do-vits-work', 'Fig. 9', 'AlterNet\'s MSA blocks lower the feature-map variance '
+          '(log ratio after / before < 0)', 'msa_log_variance_ratio', None, 'alternet', 'decrease', 0.05),
+    Claim('msa_lowpass', 'how-do-vits-work', 'Fig. 8', 'AlterNet\'s MSA blocks lower the high-frequency '
+          'amplitude (change of Delta log amplitude at pi < 0)', 'msa_delta_pi', None, 'alternet', 'decrease',
+          0.05),
+    Claim('hessian_vit_nep', 'how-do-vits-work', 'Fig. 4 left', 'the ViT has more negative Hessian max '
+          'eigenvalues than the ResNet (NEP)', 'nep', 'resnet', 'vit', 'increase', 0.05),
+    Claim('hessian_vit_ape', 'how-do-vits-work', 'Fig. 4 right', 'the ViT\'s positive Hessian max eigenvalues '
+          'are smaller than the ResNet\'s (log APE)', 'log_ape', 'resnet', 'vit', 'decrease', 0.1),
+    Claim('hessian_small_data_nep', 'how-do-vits-work', 'Fig. 4 (dotted)', 'less data gives the ViT more '
+          'negative eigenvalues (NEP, 1/4 vs all of the data)', 'nep', 'vit', 'vit_quarter', 'increase', 0.05),
+    Claim('alternet_ape', 'how-do-vits-work', 'Fig. 1c, 12c', 'AlterNet\'s MSAs lower the positive Hessian max '
+          'eigenvalues against the pre-act ResNet (log APE)', 'log_ape', 'resnet', 'alternet', 'decrease', 0.1),
+)
+
+# The verdicts of docs/reproduction.md v1 (6 epochs, 3 seeds, "holds in every seed"), by claim key; the
+# claims v1 did not measure are absent.
+V1_VERDICTS = {
+    'sam_lambda_max': 'reproduced', 'sam_noisy_loss': 'reproduced', 'sam_active_neurons': 'the opposite',
+    'stem_lr_1e-3': 'reproduced', 'stem_early': 'mixed', 'stem_tokens': 'reproduced',
+    'cb_entropy_cls': 'the opposite', 'cb_entropy_all': 'the opposite', 'msa_variance': 'the opposite',
+    'msa_lowpass': 'reproduced', 'alternet_ape': 'mixed (lambda_max)',
+}
