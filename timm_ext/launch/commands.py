@@ -6,8 +6,9 @@ namespace the script itself parses (:mod:`timm_ext.recipes.checks`: the recipe's
 :mod:`timm_ext.launch.arg_checks`: the device, the optimizer, the class count;
 :mod:`timm_ext.launch.preflight`: the model, the data, the steps per epoch, the global batch), and build
 the command line of the child process (``python train.py ... --device-modules timm_ext`` or
-``python -m torch.distributed.run ... train.py ...``). There is no second training loop: the command
-runs timm's script unchanged.
+``python -m torch.distributed.run ... train.py ...``, on one node or several:
+:mod:`timm_ext.launch.distributed`; ``--grad-accum-steps auto``: :mod:`timm_ext.launch.global_batch`).
+There is no second training loop: the command runs timm's script unchanged.
 """
 import argparse
 import os
@@ -19,7 +20,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from timm_ext.launch import preflight
 from timm_ext.launch.arg_checks import train_args_problems, validate_args_problems
+from timm_ext.launch.distributed import Launch
 from timm_ext.launch.find import ScriptError, TimmScript, ddp_passes_device_ids, find_script, load_script_parser
+from timm_ext.launch.global_batch import GlobalBatchError, resolve_auto_accumulation
 from timm_ext.recipes import RecipeError, check_recipe, find_recipe, load_recipe
 
 __all__ = [
@@ -34,11 +37,13 @@ class TrainConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TrainCommand:
-    """A resolved command: the argv of the child process, the script it runs, and what the checks let pass with a
-    warning (one line each, e.g. a paper recipe at another global batch with ``allow_batch_change``)."""
+    """A resolved command: the argv of the child process, the script it runs, what the checks let pass with a
+    warning (one line each, e.g. a paper recipe at another global batch with ``allow_batch_change``), and notes
+    to show at start (one line each: where SLURM's rendezvous is, the global batch of ``--grad-accum-steps auto``)."""
     argv: List[str]
     script: TimmScript
     warnings: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = ()
 
 
 def resolve_script(name: str, path: Optional[Union[str, Path]] = None, allow_unverified: bool = False) -> TimmScript:
@@ -107,16 +112,25 @@ def build_train_command(
         check: bool = True,
         script: Optional[TimmScript] = None,
         allow_batch_change: bool = False,
+        launch: Optional[Launch] = None,
 ) -> TrainCommand:
     """The command that runs timm's train.py with ``recipe`` (a path or packaged name) and ``train_args``.
 
     With ``check``, the recipe and the arguments are validated against train.py's own parser first and
     every problem is raised at once as a TrainConfigError (one line each, each with its fix).
     ``allow_batch_change``: a packaged paper recipe may run at another global batch than its paper's (the
-    command then carries a warning).
+    command then carries a warning). ``nproc_per_node``: torchrun ``--standalone`` on this node; ``launch``
+    instead: torchrun on one node or several (:func:`~timm_ext.launch.distributed.resolve_launch`, which also
+    reads SLURM). The checks count ``launch.world_size`` processes. ``--grad-accum-steps auto`` in
+    ``train_args`` becomes the steps that keep a packaged paper recipe's global batch at that world size.
     """
-    if nproc_per_node is not None and nproc_per_node < 1:
-        raise TrainConfigError(f'--nproc-per-node must be at least 1, got {nproc_per_node}')
+    if nproc_per_node is not None and launch is not None:
+        raise TrainConfigError('give nproc_per_node or launch, not both (launch has its own nproc_per_node)')
+    if nproc_per_node is not None:
+        if nproc_per_node < 1:
+            raise TrainConfigError(f'--nproc-per-node must be at least 1, got {nproc_per_node}')
+        launch = Launch(nproc_per_node)
+    world = launch.world_size if launch is not None else 1
     script = script or resolve_script('train.py', timm_train, allow_unverified)
     recipe_path: Optional[Path] = None
     config: Dict[str, Any] = {}
@@ -128,27 +142,33 @@ def build_train_command(
             raise TrainConfigError(str(e)) from None
     parser = load_script_parser(script.path)
     extra = list(train_args)
+    notes = list(launch.notes) if launch is not None else []
+    try:
+        auto = resolve_auto_accumulation(parser, extra, recipe_path, config, world)
+    except GlobalBatchError as e:
+        raise TrainConfigError(str(e)) from None
+    if auto is not None:
+        extra = auto.train_args
+        notes += [auto.line] if auto.line else []
     warnings: Tuple[str, ...] = ()
     if check:
-        found = check_train_command(parser, extra, recipe_path, config, processes=nproc_per_node or 1,
+        found = check_train_command(parser, extra, recipe_path, config, processes=world,
                                     allow_batch_change=allow_batch_change, script_dir=script.path.parent)
         if found.problems:
             raise TrainConfigError('\n'.join(found.problems))
         warnings = tuple(found.warnings)
     effective = preflight.script_args(parser, extra, config)  # what the child parses
-    nproc = nproc_per_node or 1
-    if nproc > 1 and effective is not None and str(effective.device).split(':')[0] == 'cpu' \
+    if world > 1 and effective is not None and str(effective.device).split(':')[0] == 'cpu' \
             and ddp_passes_device_ids(script.path):
         raise TrainConfigError(
             f'train.py of {script.tag or "this version"} cannot run DDP on the CPU (it passes device_ids to '
             f'DistributedDataParallel, which torch refuses for a CPU model): drop --nproc-per-node or train on GPUs')
     args = (['-c', str(recipe_path)] if recipe_path else []) + extra + _device_modules(effective)
-    if nproc_per_node is None:
+    if launch is None:
         argv = [sys.executable, str(script.path), *args]
     else:
-        argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc-per-node={nproc}',
-                str(script.path), *args]
-    return TrainCommand(argv=argv, script=script, warnings=warnings)
+        argv = [sys.executable, '-m', 'torch.distributed.run', *launch.torchrun_args(), str(script.path), *args]
+    return TrainCommand(argv=argv, script=script, warnings=warnings, notes=tuple(notes))
 
 
 def build_validate_command(

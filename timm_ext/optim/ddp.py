@@ -12,7 +12,9 @@ NoSync = Optional[Callable[[], ContextManager]]
 
 
 def world_size() -> int:
-    """Number of workers of the default process group (1 without torch.distributed)."""
+    """Number of workers of the default process group, i.e. of all nodes (1 without torch.distributed).
+
+    Never a per-node count (``LOCAL_WORLD_SIZE``): SAM's all-reduce spans every node, as DDP's does."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
     return 1
