@@ -19,7 +19,6 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _repro_plan import (  # noqa: E402
-    ARM_BY_NAME,
     CNN_ALL,
     CONVERGED_GAIN,
     CONVERGED_TAIL,
@@ -89,6 +88,7 @@ def measure(run_dir: Path, arm: Arm, seed: int, data_dir: Path, val_dir: Path) -
     model = build_model(arm.model, run_dir / 'last.pth.tar', dict(arm.model_kwargs), num_classes=10)
     train = run_batches(data_dir, 'train', TRAIN_BATCHES, seed)
     timings: Dict[str, float] = {}
+    hessian = arm.measure != 'attention'  # the supporting training-length runs (_repro_support.ATTENTION)
 
     def timed(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
@@ -96,18 +96,20 @@ def measure(run_dir: Path, arm: Arm, seed: int, data_dir: Path, val_dir: Path) -
         timings[name] = round(time.perf_counter() - t0, 2)
         return value
 
-    out['lambda_max'] = timed('lambda_max', A.hessian_lambda_max, model, F.cross_entropy, train, max_iter=20,
-                              tol=1e-2)
-    noise = timed('noise', A.noisy_loss, model, F.cross_entropy, train, sigma=NOISE_SIGMA, samples=NOISE_SAMPLES,
-                  seed=seed)
-    out.update(train_loss=noise['loss'], noisy_loss=noise['noisy_loss'])
-    spectrum = timed('spectrum', A.hessian_max_eigenvalue_spectrum, model, F.cross_entropy, train,
-                     k=SPECTRUM_TOP_K, weight_decay=WEIGHT_DECAY, max_iter=SPECTRUM_MAX_ITER, tol=1e-3, seed=seed)
-    out['spectrum'] = spectrum
-    out['nep'], out['ape'] = A.nep_ape([v for batch in spectrum for v in batch])
+    if hessian:
+        out['lambda_max'] = timed('lambda_max', A.hessian_lambda_max, model, F.cross_entropy, train, max_iter=20,
+                                  tol=1e-2)
+        noise = timed('noise', A.noisy_loss, model, F.cross_entropy, train, sigma=NOISE_SIGMA,
+                      samples=NOISE_SAMPLES, seed=seed)
+        out.update(train_loss=noise['loss'], noisy_loss=noise['noisy_loss'])
+        spectrum = timed('spectrum', A.hessian_max_eigenvalue_spectrum, model, F.cross_entropy, train,
+                         k=SPECTRUM_TOP_K, weight_decay=WEIGHT_DECAY, max_iter=SPECTRUM_MAX_ITER, tol=1e-3,
+                         seed=seed)
+        out['spectrum'] = spectrum
+        out['nep'], out['ape'] = A.nep_ape([v for batch in spectrum for v in batch])
     if arm.model.startswith('vit'):
         out['activity'] = dict(timed('activity', A.active_neuron_fraction, model, [x for x, _ in train]))
-    if arm.measure in (VIT_ALL, CNN_ALL):
+    if arm.measure in (VIT_ALL, CNN_ALL, 'attention'):
         val = [x for x, _ in run_batches(val_dir, 'validation', VAL_BATCHES, seed)]
         variance = timed('variance', A.feature_variance_per_block, model, val)
         out['variance'] = dict(variance)
@@ -116,7 +118,7 @@ def measure(run_dir: Path, arm: Arm, seed: int, data_dir: Path, val_dir: Path) -
                                                                     val).items()}
         points = feature_points(model)
         out['kinds'] = {n: points[n].kind for n in variance}
-    if arm.measure == VIT_ALL:
+    if arm.measure in (VIT_ALL, 'attention'):
         stats = timed('attention', A.attention_stats, model, val)
         out['entropy'] = stats['entropy'].mean(dim=1).tolist()
         out['cls_entropy'] = A.attention_entropy(model, val, queries='cls').mean(dim=1).tolist()
@@ -126,7 +128,7 @@ def measure(run_dir: Path, arm: Arm, seed: int, data_dir: Path, val_dir: Path) -
         out['cb_layers'] = list(getattr(model, 'cb_layers', ()) or ())
     out['measure_seconds'] = timings
     for key in ('lambda_max', 'ape'):
-        if not math.isfinite(out[key]):
+        if key in out and not math.isfinite(out[key]):
             out[key] = None
     return out
 
@@ -134,9 +136,11 @@ def measure(run_dir: Path, arm: Arm, seed: int, data_dir: Path, val_dir: Path) -
 def main(argv: List[str]) -> int:
     run_dir, arm_name, seed = Path(argv[0]), argv[1], int(argv[2])
     torch.set_num_threads(1)
+    from _repro_support import ALL_ARMS_BY_NAME
+
     from timm_ext.data import digits_image_folder, digits_subset_folder
 
-    arm = ARM_BY_NAME[arm_name]
+    arm = ALL_ARMS_BY_NAME[arm_name]
     full = digits_image_folder(size=IMAGE_SIZE)
     data_dir = digits_subset_folder(arm.fraction, size=IMAGE_SIZE) if arm.fraction < 1 else full
     t0 = time.perf_counter()

@@ -10,7 +10,8 @@ same command resumes an interrupted study or, with everything cached, only regen
 ``--dry-run`` prints the plan and stops; ``--report-only`` refuses to train.
 
 The claims, their directions, margins and the convergence rule live in ``_repro_plan.py``, fixed
-before the runs; the statistics are :mod:`timm_ext.analysis.stats`.
+before the runs; ``_repro_support.py`` adds the supporting runs that explain failed claims
+(``_repro_why.py``); the statistics are :mod:`timm_ext.analysis.stats`.
 """
 import argparse
 import os
@@ -20,17 +21,22 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _repro_measure import MEASURE_FILE  # noqa: E402
-from _repro_plan import ARMS, IMAGE_SIZE, SEEDS, TRAIN_ARGS, Arm  # noqa: E402
+from _repro_plan import IMAGE_SIZE, SEEDS, TRAIN_ARGS, Arm  # noqa: E402
+from _repro_support import ALL_ARMS, SUPPORT_ARMS  # noqa: E402
 
 __all__ = ['Job', 'plan_jobs', 'run_jobs', 'train_args', 'main']
 
 # seconds of one plain-ViT run (30 epochs, one thread) on this project's 2-core EPYC machine: the ETA's unit
 UNIT_SECONDS = 80.0
 MEASURE_SCRIPT = Path(__file__).resolve().parent / '_repro_measure.py'
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)  # a study runs for an hour, often with its output in a file: show progress as it goes
 
 
 def train_args(arm: Arm, data_dir: Path, runs: Path, seed: int) -> List[str]:
@@ -96,7 +102,7 @@ def plan_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], timm_train:
     return jobs
 
 
-def run_jobs(jobs: List[Job], runs: Path, lanes: int, log: Callable[[str], None] = print) -> None:
+def run_jobs(jobs: List[Job], runs: Path, lanes: int, log: Callable[[str], None] = _print) -> None:
     """Run the jobs ``lanes`` at a time, one torch thread each; a failed command stops its job (named at the end)."""
     from timm_ext.launch.commands import child_env
 
@@ -108,7 +114,10 @@ def run_jobs(jobs: List[Job], runs: Path, lanes: int, log: Callable[[str], None]
     total = len(jobs)
     start = time.perf_counter()
 
+    started: Dict[str, float] = {}
+
     def launch(job: Job) -> None:
+        started.setdefault(job.key, time.perf_counter())
         cmd = job.commands.pop(0)
         if cmd[1] != str(MEASURE_SCRIPT) and job.run_dir.exists():
             shutil.rmtree(job.run_dir)  # an unfinished run of this study: train.py would not resume it
@@ -137,7 +146,7 @@ def run_jobs(jobs: List[Job], runs: Path, lanes: int, log: Callable[[str], None]
             elapsed = time.perf_counter() - start
             log(f'[{elapsed / 60:5.1f} min] {done}/{total} {job.key}: '
                 f'{"FAILED (see " + str(runs / (job.key + ".log")) + ")" if job.key in failed else "done"} '
-                f'in {time.perf_counter() - t0:.0f} s')
+                f'in {time.perf_counter() - started[job.key]:.0f} s')
     if failed:
         raise RuntimeError(f'{len(failed)} run(s) failed: {", ".join(failed)}; their logs are in {runs}')
 
@@ -147,9 +156,11 @@ def _eta_minutes(jobs: Sequence[Job], lanes: int) -> float:
 
 
 def print_plan(jobs: Sequence[Job], arms: Sequence[Arm], seeds: Sequence[int], lanes: int,
-               log: Callable[[str], None] = print) -> None:
+               log: Callable[[str], None] = _print) -> None:
     """What will run (per arm: seeds to train, seeds only to measure, seeds cached) and the ETA."""
-    log(f'reproduction study: {len(arms)} arms x {len(seeds)} seeds = {len(arms) * len(seeds)} train.py runs')
+    support = sum(a in SUPPORT_ARMS for a in arms)
+    log(f'reproduction study: {len(arms)} arms ({support} of them supporting runs) x {len(seeds)} seeds = '
+        f'{len(arms) * len(seeds)} train.py runs')
     for arm in arms:
         mine = [j for j in jobs if j.arm is arm]
         train = [j.seed for j in mine if len(j.commands) == 2]
@@ -185,20 +196,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         '(default: $TIMM_EXT_CACHE/reproduction-v2-runs)')
     parser.add_argument('--docs', default='docs', help='folder that receives reproduction.md and reproduction/')
     parser.add_argument('--seeds', type=int, nargs='+', default=list(SEEDS))
-    parser.add_argument('--arms', nargs='+', default=[a.name for a in ARMS], help='subset of the arms')
+    parser.add_argument('--arms', nargs='+', default=[a.name for a in ALL_ARMS],
+                        help='subset of the arms (default: all, the supporting runs included)')
     parser.add_argument('--jobs', type=int, default=2, help='runs at a time (one thread each)')
     parser.add_argument('--timm-train', default=None, help='timm\'s train.py (or its folder)')
     parser.add_argument('--dry-run', action='store_true', help='print the plan and the ETA, run nothing')
     parser.add_argument('--report-only', action='store_true', help='regenerate the report from cached runs; '
                         'refuse if any run or measurement is missing')
     args = parser.parse_args(argv)
-    names = {a.name for a in ARMS}
+    names = {a.name for a in ALL_ARMS}
     unknown = [a for a in args.arms if a not in names]
     if unknown:
         parser.error(f'unknown arm {unknown[0]!r}: choose from {", ".join(sorted(names))}')
     if args.jobs < 1:
         parser.error(f'--jobs must be at least 1, got {args.jobs}')
-    arms = [a for a in ARMS if a.name in args.arms]
+    arms = [a for a in ALL_ARMS if a.name in args.arms]
     from timm_ext.data import default_cache_dir
 
     runs = Path(args.runs).expanduser() if args.runs else default_cache_dir() / 'reproduction-v2-runs'

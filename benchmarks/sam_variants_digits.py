@@ -1,13 +1,15 @@
 """AdamW / SAM / GSAM / interval SAM / LookSAM on the digits, through timm's own train.py, over seeds.
 
-The setting is the 32 px one of docs/reproduction.md and docs/sam.md (the demo's until it moved to 16 px;
-``benchmarks/reproduce.py`` keeps it as ``VIT`` and ``TRAIN_ARGS``): scikit-learn's 1,797
+The setting is the 32 px one of docs/sam.md and of the first reproduction report (the demo's until it moved to 16 px;
+``benchmarks/_digits32.py`` keeps it as ``VIT`` and ``TRAIN_ARGS``): scikit-learn's 1,797
 handwritten digits as an ImageFolder, timm's ``vit_tiny_patch16_224`` shrunk to 32 px (patch 4, width 128,
 depth 4), batch 16, AdamW lr 1e-3, cosine schedule with a 1-epoch warmup, label smoothing 0.1; only the
 optimizer changes.
 Each run is a train.py child process (:func:`timm_ext.launch.commands.build_train_command`); this script
 only launches them (seeds outermost, so a change of machine load hits every optimizer alike) and
-reads each run's ``summary.csv``.
+reads each run's ``summary.csv``. The table compares every optimizer with AdamW paired by seed
+(:mod:`timm_ext.analysis.stats`): the mean top-1 difference, its 95 % t interval and the verdict on "it beats
+AdamW".
 
 Radii: SAM and LookSAM use rho 0.05; interval SAM uses rho 0.05 x interval, the
 proportional rule of Composer's SAM method card (interval 10 with rho 0.5 for its ImageNet ResNet-50);
@@ -26,11 +28,12 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from reproduce import TRAIN_ARGS, VIT  # benchmarks/reproduce.py, beside this script
+from _digits32 import TRAIN_ARGS, VIT  # benchmarks/_digits32.py, beside this script
 
 from timm_ext._summary_csv import read_summary
+from timm_ext.analysis.stats import format_difference, paired_difference, verdict
 
 MODEL = 'vit_tiny_patch16_224'
 RHO = 0.05
@@ -85,22 +88,41 @@ def run_one(run: Variant, data_dir: Path, out: Path, epochs: int, seed: int, thr
                 train_loss=rows[-1]['train_loss'], wall_s=wall, epochs=len(rows))
 
 
-def _mean_spread(values: List[float], digits: int = 1) -> str:
-    spread = (max(values) - min(values)) / 2
-    return f'{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}'
+def _mean_sd(values: List[float], digits: int = 1) -> str:
+    if len(values) < 2:
+        return f'{statistics.mean(values):.{digits}f}'
+    return f'{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}'
+
+
+def _versus_baseline(rows: List[Dict[str, Any]], baseline: Dict[int, float]) -> Optional[List[str]]:
+    """The top-1 difference to AdamW on the seeds both ran, its 95 % t interval and the verdict on "it beats
+    AdamW"; None where fewer than 2 seeds pair up (no interval)."""
+    seeds = [r['seed'] for r in rows if r['seed'] in baseline]
+    if len(seeds) < 2:
+        return None
+    top1 = {r['seed']: r['top1'] for r in rows}
+    diff = paired_difference([baseline[s] for s in seeds], [top1[s] for s in seeds])
+    return [format_difference(diff, '.1f', ' pt'), str(verdict(diff, 'increase'))]
 
 
 def table(results: List[Dict[str, Any]]) -> str:
-    """Markdown: mean ± half the range over the seeds, per optimizer."""
-    lines = ['| optimizer | top-1 (%) | final train loss | wall time (s) | seeds |', '|---|---:|---:|---:|---:|']
+    """Markdown, per optimizer: mean ± sample sd over the seeds, and the top-1 difference to AdamW paired by seed
+    (each seed starts both from the same weights and data order) with its 95 % t interval and verdict."""
+    lines = ['| optimizer | top-1 (%) | top-1 - AdamW, 95 % CI | beats AdamW? | final train loss | wall time (s) '
+             '| seeds |', '|---|---:|---:|---|---:|---:|---:|']
+    baseline = {r['seed']: r['top1'] for r in results if r['variant'] == 'adamw'}
     for run in variants():
-        rows = [r for r in results if r['variant'] == run.name]
+        rows = sorted((r for r in results if r['variant'] == run.name), key=lambda r: r['seed'])
         if not rows:
             continue
-        top1 = _mean_spread([r['top1'] for r in rows])
-        loss = _mean_spread([r['train_loss'] for r in rows], 2)
-        wall = _mean_spread([r['wall_s'] for r in rows], 0)
-        lines.append(f'| {run.label} | {top1} | {loss} | {wall} | {len(rows)} |')
+        top1 = _mean_sd([r['top1'] for r in rows])
+        loss = _mean_sd([r['train_loss'] for r in rows], 2)
+        wall = _mean_sd([r['wall_s'] for r in rows], 0)
+        if run.name == 'adamw':
+            versus = ['(reference)', '']
+        else:
+            versus = _versus_baseline(rows, baseline) or ['n/a (AdamW on < 2 of the same seeds)', '']
+        lines.append(f'| {run.label} | {top1} | {versus[0]} | {versus[1]} | {loss} | {wall} | {len(rows)} |')
     return '\n'.join(lines)
 
 
@@ -128,7 +150,8 @@ def main() -> None:
             (args.output / 'results.json').write_text(json.dumps(results, indent=2))
     text = table(results)
     (args.output / 'table.md').write_text(text + '\n')
-    print(f'\n{args.epochs} epochs per run, mean ± half the range over seeds {args.seeds}:\n{text}')
+    print(f'\n{args.epochs} epochs per run, mean ± sd over seeds {args.seeds}; differences to AdamW paired by '
+          f'seed with their 95 % t interval:\n{text}')
 
 
 if __name__ == '__main__':

@@ -1,70 +1,230 @@
-"""benchmarks/reproduce.py, the reproduction report's wiring: train.py arguments per arm and the verdict rules
-(no training here)."""
-import importlib.util
+"""benchmarks/reproduce.py and its parts: train.py arguments per arm, the plan of what is cached, the convergence
+rule, the claims' statistics and the report (no training here; the measurement runs on an untrained model)."""
+import importlib
+import json
+import math
 import os
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import require_timm_script
 
 REPO = Path(__file__).resolve().parents[1]
-_SPEC = importlib.util.spec_from_file_location('reproduce', REPO / 'benchmarks' / 'reproduce.py')
-reproduce = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(reproduce)  # an application beside the package, not an importable module of it
-ARMS, _ms, _public_argv, _train_args, _verdict, write_report = (
-    reproduce.ARMS, reproduce._ms, reproduce._public_argv, reproduce._train_args, reproduce._verdict,
-    reproduce.write_report)
+sys.path.insert(0, str(REPO / 'benchmarks'))  # applications beside the package, not importable modules of it
+reproduce = importlib.import_module('reproduce')
+plan = importlib.import_module('_repro_plan')
+support = importlib.import_module('_repro_support')
+measure_mod = importlib.import_module('_repro_measure')
+report = importlib.import_module('_repro_report')
 
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else Path(__file__).resolve().parents[2] / 'shared' / 'timm-train' / 'v1.0.28'
+_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
 TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 
 
-def test_every_arm_is_a_valid_train_py_command(tmp_path):
+def _tiny_folder(root: Path) -> Path:
+    import numpy as np
     from PIL import Image
 
+    rng = np.random.default_rng(0)
+    for split in ('train', 'validation'):  # the digits' layout, small: 10 classes, 2 noise images each
+        for cls in range(10):
+            (root / split / str(cls)).mkdir(parents=True)
+            for i in range(2):
+                pixels = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / str(cls) / f'{i}.png')
+    return root
+
+
+def test_every_arm_is_a_valid_train_py_command(tmp_path):
     from timm_ext.launch.commands import build_train_command
 
     require_timm_script(TRAIN_PY)
-    for split in ('train', 'validation'):  # the digits' layout, small: 10 classes, 2 images each (batch 16)
-        for cls in range(10):
-            (tmp_path / 'data' / split / str(cls)).mkdir(parents=True)
-            for i in range(2):
-                Image.new('RGB', (8, 8)).save(tmp_path / 'data' / split / str(cls) / f'{i}.png')
-    for arm in ARMS:
-        args = _train_args(arm, tmp_path / 'data', tmp_path / 'runs', seed=2, epochs=3)
-        assert args[args.index('--seed') + 1] == '2' and args.count('--seed') == 1
+    data = _tiny_folder(tmp_path / 'data')
+    for arm in plan.ARMS:
+        args = reproduce.train_args(arm, data, tmp_path / 'runs', seed=2)
+        assert args.count('--seed') == 1 and args[args.index('--seed') + 1] == '2'
         assert args[args.index('--experiment') + 1] == f'{arm.name}-s2'
+        assert args[args.index('--lr') + 1] == f'{arm.lr:g}'
+        assert args[args.index('--epochs') + 1] == str(round(plan.EPOCHS / arm.fraction))
         argv = build_train_command(args, timm_train=TRAIN_PY).argv  # checked against train.py's own parser
         assert argv[argv.index('--model') + 1] == arm.model
 
 
-def test_verdicts_and_spread():
-    assert _verdict([-0.1, -0.2, -0.3]).startswith('**reproduced** (3/3')
-    assert _verdict([0.1, 0.2, 0.3]).startswith('**not reproduced: the opposite**')
-    assert _verdict([-0.1, 0.2, -0.3]) == '**not reproduced: mixed** (2/3 seeds agree)'
-    assert _verdict([0.1, 0.2], want_negative=False).startswith('**reproduced**')
-    assert _ms([1.0, 2.0, 3.0]) == '2.000 ± 1.000'
+def test_plan_arms_and_claims_are_consistent():
+    names = {a.name for a in plan.ARMS}
+    assert len(names) == len(plan.ARMS) == 16
+    for claim in plan.CLAIMS:
+        sides = [s for s in (claim.a, claim.b) if s is not None]
+        for side in sides:
+            for arm in (side if isinstance(side, tuple) else (side,)):
+                assert arm in names, (claim.key, arm)
+        assert claim.direction in ('increase', 'decrease', 'unchanged') and claim.margin > 0
+    assert set(plan.V1_VERDICTS) <= {c.key for c in plan.CLAIMS}
+    # arms that share an architecture differ only in what the comparison is about
+    assert plan.ARM_BY_NAME['vit'].model == plan.ARM_BY_NAME['vit_sam'].model
+    assert plan.ARM_BY_NAME['vit_quarter'].epochs == 4 * plan.EPOCHS
 
 
-def test_report_states_claims_that_do_not_reproduce(tmp_path):
-    def vit(entropy):
-        return dict(top1=50.0, top1_curve=[30.0, 50.0], train_loss_curve=[2.0, 1.5], entropy=entropy,
-                    cls_entropy=entropy, distance=[0.5, 0.5], max_entropy=4.17, cb_layers=[1],
-                    lambda_max=10.0, noisy_loss=2.0, train_loss=1.5, activity={'blocks.0.mlp.act': 0.5},
-                    tokens={'patch_embed': 0.2}, variance={'patch_embed': 1.0}, fourier_at_pi={'patch_embed': 0.0},
-                    kinds={'patch_embed': 'stem'}, variance_ratio={})
+@pytest.mark.parametrize('curve, expected', [
+    ([10, 50, 80, 90, 90.2, 90.4, 90.5, 90.5, 90.6, 90.5], True),  # +0.1 in the last 2 epochs: a plateau
+    ([10, 50, 80, 90, 90.2, 90.4, 90.5, 90.5, 91.2, 90.5], False),  # +0.7 over the best before: not yet
+    ([10, 20, 30, 40, 50, 60, 70, 80, 90, 95], False),  # still climbing
+    ([10.0], False),  # one epoch: nothing to compare with
+])
+def test_convergence_rule(curve, expected):
+    assert measure_mod.converged(curve) is expected
 
-    results = {'vit': [vit([4.0, 3.0]), vit([4.0, 3.2])], 'vit_cb': [vit([4.0, 3.5]), vit([4.0, 3.6])]}
-    path = write_report(results, [0, 1], 2, tmp_path, 'python benchmarks/reproduce.py', 60.0)
+
+def _fake_run(arm, seed: int) -> dict:
+    """A measurement dict with every key the report reads; values move with the arm and the seed."""
+    shift = 0.01 * seed
+    cb = arm.name.startswith('vit_cb')
+    sam = arm.opt.startswith('sam')
+    m = dict(arm=arm.name, seed=seed, top1=90.0 + (2.0 if sam else 0.0) + seed, best_top1=93.0 + seed,
+             top1_curve=[20.0 + seed] * (arm.epochs - 1) + [90.0 + seed], train_loss_curve=[1.0] * arm.epochs,
+             epochs=arm.epochs, converged=True)
+    if arm.measure == plan.CURVE:
+        return m
+    m.update(lambda_max=(20.0 if sam else 40.0) + seed, train_loss=0.1, noisy_loss=(0.8 if sam else 1.0) + shift,
+             spectrum=[[5.0, 3.0, -1.0 if arm.model.startswith('vit') else 1.0, 2.0, 1.0]] * 2)
+    m['nep'], m['ape'] = (0.2, 2.75) if arm.model.startswith('vit') else (0.0, 2.4)
+    if arm.model.startswith('vit'):
+        m['activity'] = {'blocks.0.mlp.act': (0.3 if sam else 0.4) + shift, 'blocks.1.mlp.act': 0.5}
+    if arm.measure in (plan.VIT_ALL, plan.CNN_ALL, support.ATTENTION):
+        msa = arm.name == 'alternet'
+        m['variance'] = {'stem': 1.0, 'b1': 2.0, 'b2': 1.5 if msa else 3.0}
+        m['variance_ratio'] = {'b1': 2.0, 'b2': 0.75 if msa else 1.5}
+        m['fourier_at_pi'] = {'stem': -1.0, 'b1': -0.5, 'b2': -0.9 if msa else -0.4}
+        m['kinds'] = {'stem': 'stem', 'b1': 'conv', 'b2': 'msa' if msa else 'conv'}
+    if arm.measure in (plan.VIT_ALL, support.ATTENTION):
+        m.update(entropy=[2.0, 1.8, 1.5 - (0.2 if cb else 0.0) + shift, 1.5], cls_entropy=[2.0, 1.8, 1.4, 1.4],
+                 distance=[0.6, 0.6, 0.6 + shift, 0.6], max_entropy=math.log(17),
+                 tokens={'patch_embed': (0.05 if 'convstem' in arm.model else 0.15) + shift, 'blocks.0': 0.3},
+                 cb_layers=[2, 3] if cb else [])
+    return m
+
+
+def _fake_runs(root: Path, seeds=(0, 1, 2)) -> Path:
+    for arm in support.ALL_ARMS:
+        for seed in seeds:
+            d = root / f'{arm.name}-s{seed}'
+            d.mkdir(parents=True)
+            (d / 'last.pth.tar').write_bytes(b'x')
+            (d / 'summary.csv').write_text('epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n' + ''.join(
+                f'{e},1.0,1.0,50.0,90.0,0.001\n' for e in range(arm.epochs)))
+            (d / 'args.yaml').write_text(f'model: {arm.model}\nseed: {seed}\n')
+            (d / measure_mod.MEASURE_FILE).write_text(json.dumps(_fake_run(arm, seed)))
+    return root
+
+
+def test_claims_are_paired_differences_with_the_preregistered_verdicts(tmp_path):
+    r = report.load_results(_fake_runs(tmp_path / 'runs'), plan.ARMS, [0, 1, 2])
+    claims = {c.claim.key: c for c in report.evaluate(r)}
+    assert len(claims) == len(plan.CLAIMS)
+    top1 = claims['sam_vit_top1']  # +2 points in every seed: interval [2, 2] > margin 1
+    assert top1.diff.diffs == (2.0, 2.0, 2.0) and top1.label == 'reproduced' and top1.agree == 3
+    assert claims['sam_vit_gain_larger'].diff.diffs == (0.0, 0.0, 0.0)  # same gain for both architectures
+    assert claims['sam_vit_gain_larger'].label == 'not reproduced'  # [0, 0] lies inside +-1 point
+    lam = claims['sam_lambda_max']
+    assert lam.diff.diffs == pytest.approx([math.log((20 + s) / (40 + s)) for s in range(3)])
+    assert lam.label == 'reproduced'
+    assert claims['msa_variance'].diff.diffs == pytest.approx([math.log(0.75)] * 3)  # the MSA block only
+    assert claims['msa_variance'].label == 'reproduced'
+    assert claims['msa_lowpass'].diff.diffs == pytest.approx([-0.4] * 3)
+    assert claims['hessian_vit_nep'].diff.diffs == pytest.approx([0.2] * 3)
+    assert claims['cb_entropy_all'].diff.diffs == pytest.approx([-0.1] * 3)  # -0.2 in layer 3, mean of layers 3-4
+    assert claims['cb_distance'].label == 'reproduced'  # unchanged: [0, 0] inside +-0.02
+    assert claims['cb_top1'].label == 'not reproduced'
+
+
+def test_unchanged_verdict_branches():
+    from timm_ext.analysis.stats import paired_difference
+
+    inside = paired_difference([0.0, 0.0, 0.0], [0.001, -0.001, 0.0])
+    beyond = paired_difference([0.0, 0.0, 0.0], [0.5, 0.6, 0.55])
+    wide = paired_difference([0.0, 0.0, 0.0], [0.5, -0.6, 0.05])
+    assert report.unchanged_verdict(inside, 0.02) == ('reproduced', 3)
+    assert report.unchanged_verdict(beyond, 0.02) == ('not reproduced', 0)
+    assert report.unchanged_verdict(wide, 0.02) == ('inconclusive', 0)
+
+
+def test_report_from_cached_runs(tmp_path):
+    pytest.importorskip('matplotlib')
+    runs = _fake_runs(tmp_path / 'runs')
+    path = report.write_report(runs, support.ALL_ARMS, [0, 1, 2], tmp_path / 'docs', 'python benchmarks/reproduce.py',
+                               wall_s=30.0, trained=0)
     text = path.read_text()
-    assert 'Verdict, all queries: **not reproduced: the opposite** (0/2 seeds)' in text
-    assert '| all queries | 3.100 ± 0.141 (3.000, 3.200) | 3.550 ± 0.071 (3.500, 3.600) |' in text
-    assert (tmp_path / 'reproduction' / 'cb_entropy.png').stat().st_size > 0
-    with pytest.raises(KeyError):
-        write_report({'vit': [{}], 'vit_cb': [{}]}, [0], 1, tmp_path, 'cmd', 1.0)
+    assert text.splitlines()[0].startswith('# The papers\' claims')
+    rows = [line for line in text.splitlines() if line.startswith('| SAM raises the ViT\'s top-1 |')]
+    assert rows == ['| SAM raises the ViT\'s top-1 | vit-sam, Sec. 4, Table 2 | +2.00 pt [+2.00 pt, +2.00 pt] | '
+                    '±1 pt | 3/3 | **reproduced** | not measured |']
+    assert '| ViT + SAM, 1/4 data | `vit_tiny_patch16_224` | samadamw | 0.001 | 0.25 | 120 |' in text
+    for png in ('claims.png', 'sam_activity.png', 'cb_cls_entropy.png', 'hessian_spectrum.png',
+                'stem_top1_lr1e-2.png', 'alternet_variance.png', 'sam_top1_fraction.png'):
+        assert f'(reproduction/{png})' in text and (tmp_path / 'docs' / 'reproduction' / png).is_file()
+    why = text[text.index('## Why the claims that fail here fail'):]
+    assert '**Top-1 near the ceiling.**' in why and 'ViT + AdamW 32.3' in why  # (100 - 91) % of 359 images
+    assert 'NEP / APE: ViT 0.20 / 2.8; ResNet 0.00 / 2.4' in why  # the end-of-warmup runs
+    assert '**Token similarity.**' not in why  # that claim reproduced in these runs
+    assert 'after a complete schedule of 6 epochs +0.000' in why  # CB - ViT from the training-length runs
+    saved = json.loads((tmp_path / 'docs' / 'reproduction' / 'measurements.json').read_text())
+    assert saved['runs']['vit'][1]['train_args'] == {'model': 'vit_tiny_patch16_224', 'seed': 1}
+    assert saved['claims']['sam_vit_top1']['verdict'] == 'reproduced'
+    assert saved['arms']['vit_half']['epochs'] == 2 * plan.EPOCHS
 
 
-def test_the_printed_command_names_no_path_of_this_machine():
-    argv = ['--epochs', '6', '--timm-train', '/home/me/timm/train.py', '--runs=/scratch/runs', '--seeds', '0', '1']
-    assert _public_argv(argv) == ['--epochs', '6', '--timm-train', 'PATH', '--runs=DIR', '--seeds', '0', '1']
+def test_plan_reuses_cached_runs_and_refuses_report_only_when_runs_are_missing(tmp_path, monkeypatch, capsys):
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    runs = _fake_runs(tmp_path / 'runs', seeds=(0,))
+    os.remove(runs / 'vit_sam-s0' / measure_mod.MEASURE_FILE)  # trained, not measured
+    arms = [plan.ARM_BY_NAME[n] for n in ('vit', 'vit_sam')]
+    jobs = reproduce.plan_jobs(runs, arms, [0, 1], timm_train=str(TRAIN_PY))
+    keys = {j.key: len(j.commands) for j in jobs}
+    assert keys == {'vit_sam-s0': 1, 'vit-s1': 2, 'vit_sam-s1': 2}  # vit-s0 is cached
+    assert jobs[0].commands[0][-3:] == [str(runs / 'vit_sam-s0'), 'vit_sam', '0']
+    with pytest.raises(SystemExit):
+        reproduce.main(['--runs', str(runs), '--arms', 'vit', 'vit_sam', '--seeds', '0', '1', '--report-only',
+                        '--timm-train', str(TRAIN_PY)])
+    err = capsys.readouterr()
+    lines = {line.split()[0]: line for line in err.out.splitlines()[1:3]}
+    assert lines['vit'].endswith('30 epochs: train 1, measure only 0, cached 1')
+    assert lines['vit_sam'].endswith('30 epochs: train 1, measure only 1, cached 0')
+    assert 'ETA:' in err.out
+    assert ('--report-only: 3 run(s) are not trained or measured in ' in err.err
+            and '(first: vit_sam-s0)' in err.err)
+
+
+def test_unknown_arm_is_one_line(capsys):
+    with pytest.raises(SystemExit):
+        reproduce.main(['--arms', 'vit', 'vitt', '--dry-run'])
+    assert "unknown arm 'vitt': choose from " in capsys.readouterr().err
+
+
+def test_measure_reads_every_quantity_from_a_checkpoint(tmp_path, monkeypatch):
+    import timm
+
+    import timm_ext  # noqa: F401  (registers the models)
+
+    monkeypatch.setattr(measure_mod, 'TRAIN_BATCHES', 1)
+    monkeypatch.setattr(measure_mod, 'VAL_BATCHES', 1)
+    monkeypatch.setattr(measure_mod, 'SPECTRUM_MAX_ITER', 3)
+    data = _tiny_folder(tmp_path / 'data')
+    arm = plan.ARM_BY_NAME['vit_cb']
+    run = tmp_path / 'run'
+    run.mkdir()
+    torch.manual_seed(0)
+    model = timm.create_model(arm.model, num_classes=10, **arm.model_kwargs)
+    torch.save({'state_dict': model.state_dict(), 'arch': arm.model}, run / 'last.pth.tar')
+    (run / 'summary.csv').write_text('epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n0,2.0,2.0,10.0,50.0,0.001\n'
+                                     '1,1.5,1.5,30.0,70.0,0.0005\n')
+    m = measure_mod.measure(run, arm, 0, data, data)
+    assert m['top1_curve'] == [10.0, 30.0] and m['converged'] is False
+    assert len(m['spectrum']) == 1 and len(m['spectrum'][0]) == measure_mod.SPECTRUM_TOP_K
+    assert 0.0 <= m['nep'] <= 1.0
+    assert m['cb_layers'] == [2, 3] and len(m['entropy']) == len(m['cls_entropy']) == 4
+    assert set(m['activity']) == {f'blocks.{i}.mlp.act' for i in range(4)}
+    assert m['lambda_max'] > 0 and m['noisy_loss'] > 0

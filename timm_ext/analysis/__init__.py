@@ -19,6 +19,16 @@ from timm_ext.analysis.hessian import (
 )
 from timm_ext.analysis.landscape import filter_normalized_direction, loss_landscape_1d, loss_landscape_2d
 from timm_ext.analysis.lesion import lesion_study
+from timm_ext.analysis.stats import (
+    VERDICT_RULE,
+    VERDICTS,
+    PairedDifference,
+    Verdict,
+    format_difference,
+    paired_difference,
+    t_quantile,
+    verdict,
+)
 from timm_ext.analysis.tokens import token_cosine_similarity
 
 __all__ = [
@@ -27,4 +37,6 @@ __all__ = [
     'hessian_lambda_max', 'hessian_max_eigenvalue_spectrum', 'hessian_spectrum_density', 'hessian_top_eigenvalues',
     'hessian_trace', 'lesion_study', 'loss_landscape_1d', 'loss_landscape_2d', 'nep_ape', 'noisy_loss',
     'token_cosine_similarity',
+    'VERDICTS', 'VERDICT_RULE', 'PairedDifference', 'Verdict', 'format_difference', 'paired_difference', 't_quantile',
+    'verdict',
 ]

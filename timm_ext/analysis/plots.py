@@ -4,13 +4,13 @@ Each function takes the numbers a :mod:`timm_ext.analysis` function returns (or 
 as ``{label: result}``), writes one PNG and returns its path. ``pip install "timm-ext[analysis]"``.
 """
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
 __all__ = [
     'plot_cka', 'plot_eigenvalues', 'plot_fourier', 'plot_landscape_1d', 'plot_landscape_2d', 'plot_layer_heads',
-    'plot_per_layer', 'plot_seed_curves', 'pyplot',
+    'plot_paired_differences', 'plot_per_layer', 'plot_seed_curves', 'pyplot',
 ]
 
 PathLike = Union[str, Path]
@@ -182,8 +182,12 @@ def plot_seed_curves(
         xlabel: str = '',
         kinds: Optional[Sequence[str]] = None,
         log: bool = False,
+        every_seed: bool = False,
 ) -> Path:
-    """``{label: [per-seed values]}``: the mean over seeds as a line, min..max over seeds as a band."""
+    """``{label: [per-seed values]}``: the mean over seeds as a line, min..max over seeds as a band.
+
+    ``every_seed`` draws each seed's own curve (thin, same colour) instead of the band, so no seed hides.
+    """
     plt = pyplot()
     n = max(len(v[0]) for v in runs.values())
     fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * n), 4))
@@ -191,8 +195,12 @@ def plot_seed_curves(
     for label, seeds in runs.items():
         values = torch.tensor([list(s) for s in seeds], dtype=torch.float64)
         x = range(values.shape[1])
-        ax.plot(x, values.mean(0), marker='o', markersize=3, label=f'{label} (n={values.shape[0]})')
-        ax.fill_between(x, values.min(0).values, values.max(0).values, alpha=0.2)
+        line, = ax.plot(x, values.mean(0), marker='o', markersize=3, label=f'{label} (n={values.shape[0]})')
+        if every_seed:
+            for row in values:
+                ax.plot(x, row, color=line.get_color(), linewidth=0.7, alpha=0.45)
+        else:
+            ax.fill_between(x, values.min(0).values, values.max(0).values, alpha=0.2)
     if xlabels is not None:
         ax.set_xticks(range(len(xlabels)))
         ax.set_xticklabels([str(x) for x in xlabels], rotation=60 if len(xlabels) > 8 else 0,
@@ -202,4 +210,30 @@ def plot_seed_curves(
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_paired_differences(
+        rows: Sequence[Tuple[str, Sequence[float], float, float, float]],
+        path: PathLike,
+        title: str = 'Paired differences in units of each claim\'s margin',
+) -> Path:
+    """One row per comparison ``(label, per-seed differences, low, high, margin)``, all divided by the margin.
+
+    Dots are the seeds, the bar is the interval; the band [-1, 1] is "smaller than the margin", so
+    comparisons in different units share one axis. A margin of 0 draws the raw values.
+    """
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.2))
+    ax.axvspan(-1, 1, color='grey', alpha=0.15, lw=0)
+    ax.axvline(0, color='black', lw=0.8)
+    for i, (_label, diffs, low, high, margin) in enumerate(rows):
+        scale = margin if margin > 0 else 1.0
+        y = len(rows) - 1 - i
+        ax.plot([low / scale, high / scale], [y, y], color='C0', lw=2.5)
+        ax.scatter([d / scale for d in diffs], [y] * len(diffs), s=12, color='C3', zorder=3)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize=7)
+    ax.set(xlabel='difference / margin (claimed direction is not flipped)', title=title)
+    ax.grid(alpha=0.3, axis='x')
     return _save(fig, path)

@@ -1,0 +1,60 @@
+"""Supporting runs of the reproduction study, added after its first seed's results to explain failed claims.
+
+They are not claims and have no verdicts; ``_repro_why`` reads them. Two kinds, both for every seed:
+
+* shorter complete schedules (6 and 15 epochs, cosine to zero) of the ViT with and without CB and of
+  the conv-stem ViT: the attention entropy and the token similarity against training length, next to
+  the 30-epoch arms;
+* the checkpoint at the end of warmup (1 epoch) of the ViT, the pre-act ResNet, AlterNet and the ViT
+  on 1/4 of the data: how-do-vits-work reads its Hessian spectra there ("warmup^th", official README
+  figure). With ``--epochs 1`` train.py's warmup is the same update by update as in the 30-epoch run,
+  so this first epoch is the first epoch of the full run (the report checks that their top-1 agree).
+"""
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+from _repro_plan import ARMS, CNN, CNN_ALL, EPOCHS, VIT, VIT_SAM, Arm
+
+# the training-length runs need the attention and token measurements only, not the Hessian ones
+ATTENTION = 'attention'
+
+
+@dataclass(frozen=True)
+class ScheduleArm(Arm):
+    """An arm with its own number of epochs (a whole schedule, warmup included)."""
+    total_epochs: int = EPOCHS
+
+    @property
+    def epochs(self) -> int:
+        return self.total_epochs
+
+    @property
+    def cost(self) -> float:
+        per_epoch = {'alternet_18_nomsa_cifar': 0.75, 'alternet_18_cifar': 0.8}.get(self.model, 1.0)
+        measure = 0.05 if self.measure == ATTENTION else 0.35
+        return per_epoch * self.total_epochs * self.fraction / EPOCHS + measure  # an epoch of 1/4 data: 1/4 the time
+
+
+SUPPORT_ARMS: Tuple[ScheduleArm, ...] = (
+    ScheduleArm('vit_e6', 'ViT + AdamW, 6 epochs', 'vit_tiny_patch16_224', VIT, total_epochs=6, measure=ATTENTION),
+    ScheduleArm('vit_cb_e6', 'ViT + CB, 6 epochs', 'vit_tiny_cb', VIT, total_epochs=6, measure=ATTENTION),
+    ScheduleArm('vit_e15', 'ViT + AdamW, 15 epochs', 'vit_tiny_patch16_224', VIT, total_epochs=15, measure=ATTENTION),
+    ScheduleArm('vit_cb_e15', 'ViT + CB, 15 epochs', 'vit_tiny_cb', VIT, total_epochs=15, measure=ATTENTION),
+    ScheduleArm('vit_convstem_e6', 'ViT conv stem, 6 epochs', 'vit_tiny_convstem', VIT, total_epochs=6,
+                measure=ATTENTION),
+    ScheduleArm('vit_convstem_e15', 'ViT conv stem, 15 epochs', 'vit_tiny_convstem', VIT, total_epochs=15,
+                measure=ATTENTION),
+    ScheduleArm('vit_warmup', 'ViT + AdamW, end of warmup', 'vit_tiny_patch16_224', VIT, total_epochs=1,
+                measure=VIT_SAM),
+    ScheduleArm('resnet_warmup', 'pre-act ResNet-18/4, end of warmup', 'alternet_18_nomsa_cifar', CNN,
+                total_epochs=1, measure=CNN_ALL),
+    ScheduleArm('alternet_warmup', 'AlterNet-18/4, end of warmup', 'alternet_18_cifar', CNN, total_epochs=1,
+                measure=CNN_ALL),
+    ScheduleArm('vit_quarter_warmup', 'ViT + AdamW, 1/4 data, end of warmup', 'vit_tiny_patch16_224', VIT,
+                fraction=0.25, total_epochs=1, measure=VIT_SAM),
+)
+# the full run whose first epoch each end-of-warmup run repeats
+WARMUP_OF = {'vit_warmup': 'vit', 'resnet_warmup': 'resnet', 'alternet_warmup': 'alternet',
+             'vit_quarter_warmup': 'vit_quarter'}
+ALL_ARMS: Tuple[Arm, ...] = ARMS + SUPPORT_ARMS
+ALL_ARMS_BY_NAME: Dict[str, Arm] = {a.name: a for a in ALL_ARMS}
