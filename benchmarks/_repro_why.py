@@ -90,8 +90,18 @@ def _tokens(r: Results, claims: Dict[str, Any]) -> Optional[str]:
     lengths = [(e, a, b) for e, a, b in ((6, 'vit_e6', 'vit_convstem_e6'), (15, 'vit_e15', 'vit_convstem_e15'),
                                          (30, 'vit', 'vit_convstem')) if _has(r, a, b)]
     if len(lengths) > 1:
+        stem = [paired_difference([m['tokens']['patch_embed'] for m in r[a]],
+                                  [m['tokens']['patch_embed'] for m in r[b]]) for _, a, b in lengths]
         text += (' After the stem, by length of training: ' + '; '.join(
-            f'{e} epochs {_diff(r, a, b, lambda m: m["tokens"]["patch_embed"])}' for e, a, b in lengths) + '.')
+            f'{e} epochs {format_difference(d, ".3f")}' for (e, _, _), d in zip(lengths, stem)) + '.')
+        lower = [e for (e, _, _), d in zip(lengths, stem) if d.high < 0]
+        if len(lower) == len(lengths):
+            text += ' The conv stem\'s tokens are clearly less similar at every length.'
+        elif lower:
+            text += f' The conv stem\'s tokens are clearly less similar after {", ".join(map(str, lower))} epochs only.'
+        else:
+            text += (' At no length is the conv stem\'s similarity clearly lower: the v1 result (6 epochs, 32 px, '
+                     f'3 seeds) does not hold at 16 px over {len(r["vit"])} seeds.')
     return text
 
 
@@ -132,7 +142,7 @@ def _activity(r: Results, claims: Dict[str, Any]) -> Optional[str]:
                                        ('all', 'vit', 'vit_sam')) if _has(r, a, b)]
     return ('**Active neurons.** SAM - AdamW, share of active GELU outputs in the first block on training images, by '
             'share of the training data: ' + '; '.join(f'{f}: {_diff(r, a, b, first)}' for f, a, b in fracs) +
-            f'. The ViT\'s first block is {_mean(r, "vit", first):.0%} active here against under 10 % for most '
+            f'. The ViT\'s first block is {100 * _mean(r, "vit", first):.0f} % active here against under 10 % for most '
             'layers of the paper\'s ViT-B/16 (Fig. 2 right): this model is far from the sparse regime the paper\'s '
             'argument (fewer active GELUs, smaller Hessian) starts from.')
 
@@ -164,7 +174,10 @@ def _hessian(r: Results, claims: Dict[str, Any]) -> Optional[str]:
         rows = [(name, arm) for name, arm in (('ViT', 'vit_warmup'), ('ResNet', 'resnet_warmup'),
                                                ('AlterNet', 'alternet_warmup'), ('ViT, 1/4 data', 'vit_quarter_warmup'))
                 if _has(r, arm)]
-        text += ('At the end of warmup (epoch 1, the same weights as the full runs\' first epoch), NEP / APE: ' +
+        text += ('At the end of warmup (epoch 1: for the ViTs the weights of the full runs\' first epoch; the CNNs '
+                 'time their convolution routes per run, `SmallMapConv2d` autotune, so their first epoch matches the '
+                 'full run\'s only up to float rounding and then drifts, see the supporting runs\' table), '
+                 'NEP / APE: ' +
                  '; '.join(f'{name} {_mean(r, arm, lambda m: m["nep"]):.2f} / {_mean(r, arm, lambda m: m["ape"]):.1f}'
                            for name, arm in rows) + '. ')
         text += ('ViT - ResNet there: NEP ' + _diff(r, 'resnet_warmup', 'vit_warmup', lambda m: m['nep']) +

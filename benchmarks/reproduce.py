@@ -109,7 +109,7 @@ def run_jobs(jobs: List[Job], runs: Path, lanes: int, log: Callable[[str], None]
     env = dict(child_env(), OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
     runs.mkdir(parents=True, exist_ok=True)
     todo = list(jobs)
-    active: List[Tuple[Job, subprocess.Popen, Any, float]] = []
+    active: List[Tuple[Job, subprocess.Popen, Any]] = []
     failed: List[str] = []
     total = len(jobs)
     start = time.perf_counter()
@@ -117,13 +117,12 @@ def run_jobs(jobs: List[Job], runs: Path, lanes: int, log: Callable[[str], None]
     started: Dict[str, float] = {}
 
     def launch(job: Job) -> None:
+        if job.key not in started and len(job.commands) == 2 and job.run_dir.exists():
+            shutil.rmtree(job.run_dir)  # train then measure: an unfinished run here, train.py cannot resume it
         started.setdefault(job.key, time.perf_counter())
         cmd = job.commands.pop(0)
-        if cmd[1] != str(MEASURE_SCRIPT) and job.run_dir.exists():
-            shutil.rmtree(job.run_dir)  # an unfinished run of this study: train.py would not resume it
         logf = open(runs / f'{job.key}.log', 'a')
-        active.append((job, subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env), logf,
-                       time.perf_counter()))
+        active.append((job, subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env), logf))
 
     done = 0
     while todo or active:
@@ -131,7 +130,7 @@ def run_jobs(jobs: List[Job], runs: Path, lanes: int, log: Callable[[str], None]
             launch(todo.pop(0))
         time.sleep(0.5)
         for item in list(active):
-            job, proc, logf, t0 = item
+            job, proc, logf = item
             if proc.poll() is None:
                 continue
             logf.close()

@@ -228,3 +228,22 @@ def test_measure_reads_every_quantity_from_a_checkpoint(tmp_path, monkeypatch):
     assert m['cb_layers'] == [2, 3] and len(m['entropy']) == len(m['cls_entropy']) == 4
     assert set(m['activity']) == {f'blocks.{i}.mlp.act' for i in range(4)}
     assert m['lambda_max'] > 0 and m['noisy_loss'] > 0
+
+
+def test_run_jobs_runs_each_jobs_commands_in_order_and_names_the_failed_ones(tmp_path):
+    arm = plan.ARM_BY_NAME['vit']
+    ok_dir, bad_dir = tmp_path / 'runs' / 'vit-s0', tmp_path / 'runs' / 'vit-s1'
+    write = 'import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True); ' \
+            'p.write_text(p.read_text() + sys.argv[2] if p.exists() else sys.argv[2])'
+    ok_dir.mkdir(parents=True)
+    (ok_dir / 'order').write_text('stale,')  # an unfinished run: removed before its train command
+    ok = reproduce.Job(arm, 0, ok_dir, [[sys.executable, '-c', write, str(ok_dir / 'order'), 'train,'],
+                                        [sys.executable, '-c', write, str(ok_dir / 'order'), 'measure']], 1.0)
+    bad = reproduce.Job(arm, 1, bad_dir, [[sys.executable, '-c', 'raise SystemExit(3)'],
+                                          [sys.executable, '-c', write, str(bad_dir / 'order'), 'never']], 1.0)
+    lines = []
+    with pytest.raises(RuntimeError, match=r'^1 run\(s\) failed: vit-s1; their logs are in '):
+        reproduce.run_jobs([ok, bad], tmp_path / 'runs', lanes=2, log=lines.append)
+    assert (ok_dir / 'order').read_text() == 'train,measure'  # the second command ran after the first
+    assert not (bad_dir / 'order').exists()  # a failed command stops its job
+    assert any('vit-s0: done' in line for line in lines) and any('vit-s1: FAILED' in line for line in lines)

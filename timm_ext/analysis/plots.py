@@ -217,11 +217,13 @@ def plot_paired_differences(
         rows: Sequence[Tuple[str, Sequence[float], float, float, float]],
         path: PathLike,
         title: str = 'Paired differences in units of each claim\'s margin',
+        xlabel: str = 'difference / margin',
 ) -> Path:
     """One row per comparison ``(label, per-seed differences, low, high, margin)``, all divided by the margin.
 
     Dots are the seeds, the bar is the interval; the band [-1, 1] is "smaller than the margin", so
-    comparisons in different units share one axis. A margin of 0 draws the raw values.
+    comparisons in different units share one axis (linear inside the band, logarithmic beyond, so that
+    a wide interval does not flatten the others). A margin of 0 draws the raw values.
     """
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.2))
@@ -234,6 +236,7 @@ def plot_paired_differences(
         ax.scatter([d / scale for d in diffs], [y] * len(diffs), s=12, color='C3', zorder=3)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize=7)
-    ax.set(xlabel='difference / margin (claimed direction is not flipped)', title=title)
+    ax.set_xscale('symlog', linthresh=1.0)
+    ax.set(xlabel=xlabel, title=title)
     ax.grid(alpha=0.3, axis='x')
     return _save(fig, path)
