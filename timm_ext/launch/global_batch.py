@@ -36,7 +36,7 @@ def accumulation_steps(global_batch: int, batch: int, world: int) -> int:
     the per-process batch sizes (or, when none fits, the process counts) that would give it."""
     if batch >= 1 and global_batch % (batch * world) == 0:
         return global_batch // (batch * world)
-    head = f'{batch} per process x {preflight._count(world, "process", "es")} x whole accumulation steps'
+    head = f'{batch} per process x {preflight.count_noun(world, "process", "es")} x whole accumulation steps'
     if global_batch % world:
         below = max(d for d in range(1, world) if global_batch % d == 0) if world > 1 else None
         above = next((d for d in range(world + 1, global_batch + 1) if global_batch % d == 0), None)
@@ -48,7 +48,7 @@ def accumulation_steps(global_batch: int, batch: int, world: int) -> int:
     sizes = [d for d in range(per_step, 0, -1) if per_step % d == 0]
     listed = ', '.join(map(str, sizes[:-1])) + f' or {sizes[-1]}' if len(sizes) > 1 else str(sizes[0])
     raise GlobalBatchError(f'{head} cannot make {global_batch}: use --batch-size {listed} ({global_batch} / '
-                           f'{preflight._count(world, "process", "es")} = {per_step} images per step, batch x '
+                           f'{preflight.count_noun(world, "process", "es")} = {per_step} images per step, batch x '
                            f'accumulation steps)')
 
 
@@ -65,7 +65,7 @@ def resolve_auto_accumulation(
     at = [i for i, a in enumerate(args) if a == f'{_FLAG}={AUTO}' or (a == _FLAG and args[i + 1:i + 2] == [AUTO])]
     if not at:
         return None
-    row = preflight._paper_row(recipe) if recipe is not None else None
+    row = preflight.paper_row(recipe) if recipe is not None else None
     if row is None:
         what = f'recipe {recipe} is not a packaged paper recipe' if recipe is not None else 'no recipe'
         raise GlobalBatchError(f'{_FLAG} auto keeps a packaged paper recipe\'s global batch (recipes/index.csv), but '
@@ -78,10 +78,10 @@ def resolve_auto_accumulation(
     except GlobalBatchError as e:
         raise GlobalBatchError(f'{_FLAG} auto: recipe {row.name} trains at global batch {row.global_batch} '
                                f'({row.paper} {row.table}); {e}') from None
-    count = preflight._count
+    count = preflight.count_noun
     line = (f'global batch {row.global_batch} = {effective.batch_size} per process x {count(world, "process", "es")} '
             f'x {count(steps, "accumulation step")} ({_FLAG} auto: recipe {row.name}, {row.paper} {row.table}); '
-            f'{preflight._lr_note(effective, row.global_batch)}')
+            f'{preflight.lr_note(effective, row.global_batch)}')
     return AutoAccumulation(_with_steps(args, at, steps), steps, line)
 
 

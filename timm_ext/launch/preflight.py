@@ -33,8 +33,8 @@ from timm_ext._timm_compat import eval_split_synonyms, search_split, train_split
 from timm_ext.recipes import PaperRow, load_paper_values, packaged_row, recipes_dir
 
 __all__ = [
-    'Preflight', 'SplitFolder', 'check_train', 'check_validate', 'count_images', 'images_per_process', 'script_args',
-    'split_folder',
+    'Preflight', 'SplitFolder', 'check_train', 'check_validate', 'count_images', 'count_noun', 'images_per_process',
+    'lr_note', 'paper_row', 'script_args', 'split_folder',
 ]
 
 # dataset prefixes whose data the script's own readers find (torchvision, Hugging Face, TFDS, WebDataset)
@@ -185,7 +185,7 @@ def _step_problems(train: Path, args: argparse.Namespace, processes: int) -> Lis
     share = images_per_process(images, processes, args.aug_repeats)
     if share >= batch:
         return []
-    what = f'{_count(images, "training image")} in {train}'
+    what = f'{count_noun(images, "training image")} in {train}'
     if processes > 1:
         what += f' over {processes} processes are {share} per process'
     fixes = ([f'--batch-size {share} or less'] if share else []) + (['fewer processes'] if processes > 1 else [])
@@ -293,7 +293,7 @@ def _global_batch_line(
         args: argparse.Namespace, recipe: Path, config: Dict[str, Any], processes: int, allow: bool,
 ) -> Optional[str]:
     """A packaged paper recipe at another global batch than its paper's: the numbers, the fix, and the lr."""
-    row = _paper_row(recipe)
+    row = paper_row(recipe)
     if row is None:
         return None
     batch, accum, want = args.batch_size, max(1, args.grad_accum_steps), row.global_batch
@@ -301,8 +301,8 @@ def _global_batch_line(
     if given == want:
         return None
     head = (f'recipe {row.name} trains at global batch {want} ({row.paper} {row.table}), this command at {batch} x '
-            f'{_count(processes, "process", "es")} x {_count(accum, "accumulation step")} = {given}')
-    lr = _lr_note(args, given)
+            f'{count_noun(processes, "process", "es")} x {count_noun(accum, "accumulation step")} = {given}')
+    lr = lr_note(args, given)
     if allow:
         return f'{head} (--allow-batch-change; {lr})'
     own = (batch, accum) == (config.get('batch_size'), max(1, config.get('grad_accum_steps') or 1))
@@ -311,7 +311,7 @@ def _global_batch_line(
     return f'{head}: {fix} --allow-batch-change to train at {given} ({lr})'
 
 
-def _paper_row(recipe: Path) -> Optional[PaperRow]:
+def paper_row(recipe: Path) -> Optional[PaperRow]:
     """The paper row of a packaged paper recipe (None for any other file)."""
     try:
         recipe.resolve().relative_to(recipes_dir().resolve())
@@ -343,7 +343,7 @@ def _batch_fixes(batch: int, processes: int, accum: int, want: int, recipe_batch
     return ' or '.join(f for f in fixes if f)
 
 
-def _lr_note(args: argparse.Namespace, batch: int) -> str:
+def lr_note(args: argparse.Namespace, batch: int) -> str:
     """The lr train.py uses at global batch ``batch``: an explicit lr as it is, else lr_base scaled (its rule)."""
     if args.lr:
         return f'lr {args.lr:g} unchanged: train.py does not rescale an explicit lr'
@@ -382,7 +382,8 @@ def _extensions(input_key: Optional[str]) -> set:
     return set(input_key.split(';')) if input_key else get_img_extensions(as_set=True)
 
 
-def _count(n: int, word: str, plural: str = 's') -> str:
+def count_noun(n: int, word: str, plural: str = 's') -> str:
+    """'1 process', '32 processes': a count and its noun, for one-line messages."""
     return f'{n} {word}{plural if n != 1 else ""}'
 
 
