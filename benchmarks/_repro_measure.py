@@ -39,11 +39,15 @@ SPECTRUM_TOP_K = 5
 SPECTRUM_MAX_ITER = 50
 
 
+def tail_gain(curve: List[float]) -> float:
+    """Best top-1 of the last ``CONVERGED_TAIL`` of the epochs minus the best before them (inf: too short to tell)."""
+    tail = max(1, int(round(len(curve) * CONVERGED_TAIL)))
+    return max(curve[-tail:]) - max(curve[:-tail]) if len(curve) > tail else math.inf
+
+
 def converged(curve: List[float]) -> bool:
     """The study's convergence rule on a top-1 curve (see ``_repro_plan.CONVERGED_GAIN``)."""
-    tail = max(1, int(round(len(curve) * CONVERGED_TAIL)))
-    head, last = curve[:-tail], curve[-tail:]
-    return bool(head) and max(last) - max(head) <= CONVERGED_GAIN
+    return tail_gain(curve) <= CONVERGED_GAIN
 
 
 def curves(run_dir: Path) -> Dict[str, Any]:

@@ -8,6 +8,8 @@ import math
 import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from _repro_report import _deep_layers
+
 from timm_ext.analysis.stats import format_difference, paired_difference
 
 Results = Dict[str, List[Dict[str, Any]]]
@@ -28,11 +30,6 @@ def _mean(r: Results, arm: str, fn: Callable[[Dict[str, Any]], float]) -> float:
     return statistics.fmean(fn(m) for m in r[arm])
 
 
-def _deep(r: Results) -> List[int]:
-    layers = r['vit_cb'][0].get('cb_layers') if 'vit_cb' in r else None
-    return list(layers) if layers else [len(r['vit'][0]['entropy']) - 1]
-
-
 def _failed(claims: Dict[str, Any], *keys: str) -> List[str]:
     return [k for k in keys if k in claims and claims[k].label != 'reproduced']
 
@@ -41,7 +38,7 @@ def _cb(r: Results, claims: Dict[str, Any]) -> Optional[str]:
     failed = _failed(claims, 'cb_entropy_cls', 'cb_entropy_all')
     if not failed or not _has(r, 'vit', 'vit_cb'):
         return None
-    deep = _deep(r)
+    deep = _deep_layers(r)
 
     def cls(m: Dict[str, Any]) -> float:
         return statistics.fmean(m['cls_entropy'][i] for i in deep)

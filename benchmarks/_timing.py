@@ -1,9 +1,22 @@
 """Side-by-side timing helpers shared by the benchmark scripts (interleaved, median of repeats)."""
+import platform
 import statistics
 import time
+from pathlib import Path
 from typing import Callable, Dict
 
 import torch
+
+
+def cpu_name() -> str:
+    """The CPU's model name as lscpu gives it (from /proc/cpuinfo on Linux): every CPU figure names its machine."""
+    try:
+        for line in Path('/proc/cpuinfo').read_text().splitlines():
+            if line.startswith('model name'):
+                return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def sync(device: torch.device) -> None:

@@ -32,7 +32,6 @@ Without ``--official``: train steps (with AdamW) of AlterNet next to its baselin
 """
 import argparse
 import importlib
-import platform
 import sys
 import types
 from functools import partial
@@ -43,7 +42,7 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _timing import interleaved_median_seconds, train_step
+from _timing import cpu_name, interleaved_median_seconds, train_step
 
 import timm_ext  # noqa: F401
 from timm_ext.layers.small_map_conv import set_small_map_autotune, small_map_autotune_enabled
@@ -59,14 +58,7 @@ def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's model name as lscpu gives it (from /proc/cpuinfo on Linux)."""
     if device.type == 'cuda':
         return torch.cuda.get_device_name(device)
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_name()
 
 
 def _machine_line(device: torch.device) -> str:

@@ -24,17 +24,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from _timing import cpu_name  # benchmarks/_timing.py, beside this script
+
 TARGETS_S = {'quick': 40.0, 'full': 180.0}
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path('/proc/cpuinfo').read_text().splitlines():
-            if line.startswith('model name'):
-                return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load() -> str:

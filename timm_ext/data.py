@@ -80,24 +80,30 @@ def _read_marker(root: Path) -> Optional[Dict[str, object]]:
         return None
 
 
-def _write_folder(root: Path, size: int, val_fraction: float, seed: int) -> Dict[str, object]:
+def _write_images(root: Path, size: int, split_of: Dict[int, str], **meta: object) -> Dict[str, object]:
+    """Each digit ``idx`` of ``split_of`` as ``root/<split>/<class>/<idx>.png`` (one file name per digit in every
+    folder kind), then the marker with ``meta`` and the counts per split."""
     from PIL import Image
 
     images, labels = load_digits_arrays()
-    is_val = _stratified_split(labels, val_fraction, seed)
-    counts = {'train': 0, 'validation': 0}
-    for idx, (image, label) in enumerate(zip(images, labels)):
-        split = 'validation' if is_val[idx] else 'train'
-        folder = root / split / DIGITS_CLASSES[label]
+    counts: Dict[str, int] = {}
+    for idx, split in split_of.items():
+        folder = root / split / DIGITS_CLASSES[labels[idx]]
         folder.mkdir(parents=True, exist_ok=True)
-        pil = Image.fromarray(image, mode='L').resize((size, size), Image.BILINEAR).convert('RGB')
+        pil = Image.fromarray(images[idx], mode='L').resize((size, size), Image.BILINEAR).convert('RGB')
         pil.save(folder / f'{idx:04d}.png')
-        counts[split] += 1
-    meta = dict(
-        format_version=_FORMAT_VERSION, source='sklearn.datasets.load_digits', size=size,
-        val_fraction=val_fraction, seed=seed, num_classes=len(DIGITS_CLASSES), counts=counts)
-    (root / _MARKER).write_text(json.dumps(meta, indent=2))
-    return meta
+        counts[split] = counts.get(split, 0) + 1
+    out = dict(format_version=_FORMAT_VERSION, source='sklearn.datasets.load_digits', size=size, **meta,
+               num_classes=len(DIGITS_CLASSES), counts=counts)
+    (root / _MARKER).write_text(json.dumps(out, indent=2))
+    return out
+
+
+def _write_folder(root: Path, size: int, val_fraction: float, seed: int) -> Dict[str, object]:
+    _, labels = load_digits_arrays()
+    is_val = _stratified_split(labels, val_fraction, seed)
+    split_of = {idx: 'validation' if v else 'train' for idx, v in enumerate(is_val)}
+    return _write_images(root, size, dict(sorted(split_of.items())), val_fraction=val_fraction, seed=seed)
 
 
 def _written_once(target: Path, what: str, write: Callable[[Path], Dict[str, object]]) -> Path:
@@ -151,25 +157,12 @@ def digits_image_folder(
 def _write_tuning_folder(
         root: Path, size: int, val_fraction: float, seed: int, heldout_fraction: float, heldout_seed: int,
 ) -> Dict[str, object]:
-    from PIL import Image
-
-    images, labels = load_digits_arrays()
+    _, labels = load_digits_arrays()
     train_idx = np.flatnonzero(~_stratified_split(labels, val_fraction, seed))  # validation images never enter
     is_heldout = _stratified_split(labels[train_idx], heldout_fraction, heldout_seed)
-    counts = {'train': 0, 'heldout': 0}
-    for idx, heldout in zip(train_idx, is_heldout):
-        split = 'heldout' if heldout else 'train'
-        folder = root / split / DIGITS_CLASSES[labels[idx]]
-        folder.mkdir(parents=True, exist_ok=True)
-        pil = Image.fromarray(images[idx], mode='L').resize((size, size), Image.BILINEAR).convert('RGB')
-        pil.save(folder / f'{idx:04d}.png')  # the same file name as in digits_image_folder's train/
-        counts[split] += 1
-    meta = dict(
-        format_version=_FORMAT_VERSION, source='sklearn.datasets.load_digits', size=size,
-        val_fraction=val_fraction, seed=seed, heldout_fraction=heldout_fraction, heldout_seed=heldout_seed,
-        num_classes=len(DIGITS_CLASSES), counts=counts)
-    (root / _MARKER).write_text(json.dumps(meta, indent=2))
-    return meta
+    split_of = {int(idx): 'heldout' if h else 'train' for idx, h in zip(train_idx, is_heldout)}
+    return _write_images(root, size, split_of, val_fraction=val_fraction, seed=seed,
+                         heldout_fraction=heldout_fraction, heldout_seed=heldout_seed)
 
 
 def digits_tuning_folder(
@@ -198,41 +191,17 @@ def digits_tuning_folder(
         tmp, size, val_fraction, seed, heldout_fraction, heldout_seed))
 
 
-def _nested_subset(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    """A boolean mask keeping ``fraction`` of each class; one shuffle per class, so smaller fractions nest."""
-    rng = np.random.default_rng(seed)
-    keep = np.zeros(len(labels), dtype=bool)
-    for cls in np.unique(labels):
-        idx = np.flatnonzero(labels == cls)
-        rng.shuffle(idx)
-        keep[idx[:max(1, int(round(len(idx) * fraction)))]] = True
-    return keep
-
-
 def _write_subset_folder(root: Path, size: int, val_fraction: float, seed: int, fraction: float,
                          subset_seed: int) -> Dict[str, object]:
-    from PIL import Image
-
-    images, labels = load_digits_arrays()
+    _, labels = load_digits_arrays()
     is_val = _stratified_split(labels, val_fraction, seed)
     train_idx = np.flatnonzero(~is_val)
-    kept = set(train_idx[_nested_subset(labels[train_idx], fraction, subset_seed)].tolist())
-    counts = {'train': 0, 'validation': 0}
-    for idx, (image, label) in enumerate(zip(images, labels)):
-        split = 'validation' if is_val[idx] else 'train'
-        if split == 'train' and idx not in kept:
-            continue
-        folder = root / split / DIGITS_CLASSES[label]
-        folder.mkdir(parents=True, exist_ok=True)
-        pil = Image.fromarray(image, mode='L').resize((size, size), Image.BILINEAR).convert('RGB')
-        pil.save(folder / f'{idx:04d}.png')  # the same file name as in digits_image_folder
-        counts[split] += 1
-    meta = dict(
-        format_version=_FORMAT_VERSION, source='sklearn.datasets.load_digits', size=size,
-        val_fraction=val_fraction, seed=seed, train_fraction=fraction, subset_seed=subset_seed,
-        num_classes=len(DIGITS_CLASSES), counts=counts)
-    (root / _MARKER).write_text(json.dumps(meta, indent=2))
-    return meta
+    # the first round(n * fraction) of one shuffle per class: with the same seed a smaller share nests in a larger
+    kept = train_idx[_stratified_split(labels[train_idx], fraction, subset_seed)]
+    split_of = {int(idx): 'validation' for idx in np.flatnonzero(is_val)}
+    split_of.update({int(idx): 'train' for idx in kept})
+    return _write_images(root, size, dict(sorted(split_of.items())), val_fraction=val_fraction, seed=seed,
+                         train_fraction=fraction, subset_seed=subset_seed)
 
 
 def digits_subset_folder(
