@@ -11,6 +11,14 @@ differently between them), so each comparison is paired by seed.
 predicts and the smallest effect that matters (``margin``); the verdict follows
 :func:`timm_ext.analysis.stats.verdict`. ``CONVERGED_GAIN`` is the convergence criterion. This file
 was committed before the first run of the study; the report prints the commit it was run with.
+
+Revision 2.1 (2026-11-26, committed before its runs): v2 trained every arm for 30 epochs and 21 of its
+80 claim runs missed the convergence rule (8 ViT runs at lr 1e-3 by +0.8 to +1.7 points, 13 of the
+20 runs at lr 3e-3 and 1e-2 by up to +10). The rule stays as it was; the ViT arms get twice the
+schedule (``VIT_EPOCHS``, the subsets the same number of steps), the vit-sam paper's own test of
+convergence being that a 2x schedule brings no gain (its App. H). The CNN arms met the rule in
+every run at 30 epochs and keep it. At lr 1e-2 neither stem came near convergence in v2, so those
+runs move to the supporting runs (no verdict); vit_cb_all, read only by the why-paragraphs, too.
 """
 from dataclasses import dataclass, field
 from typing import Any, Dict, Tuple
@@ -19,7 +27,8 @@ IMAGE_SIZE = 16
 VIT = dict(img_size=IMAGE_SIZE, patch_size=4, embed_dim=128, depth=4, num_heads=4)  # the demo's ViT
 CNN = dict(channels=(16, 32, 64, 128), num_heads=(1, 2, 4, 8), head_dim=16, stem_chs=16)  # ResNet-18 shapes / 4
 BASE_LR = 1e-3
-EPOCHS = 30  # on the full training set; a subset trains for EPOCHS / fraction epochs (the same number of steps)
+EPOCHS = 30  # the CNNs' schedule on the full training set; a subset trains for EPOCHS / fraction epochs (same steps)
+VIT_EPOCHS = 60  # the ViTs' schedule (revision 2.1; v2 trained them for EPOCHS)
 SEEDS = (0, 1, 2, 3, 4)
 SAM_RHO = 0.05
 WEIGHT_DECAY = 0.05
@@ -56,10 +65,11 @@ class Arm:
     lr: float = BASE_LR
     fraction: float = 1.0
     measure: str = VIT_ALL
+    schedule: int = VIT_EPOCHS  # epochs on the full training set
 
     @property
     def epochs(self) -> int:
-        return int(round(EPOCHS / self.fraction))
+        return int(round(self.schedule / self.fraction))
 
     @property
     def cost(self) -> float:
@@ -67,19 +77,19 @@ class Arm:
         per_epoch = {'vit_tiny_convstem': 1.2, 'alternet_18_nomsa_cifar': 0.75, 'alternet_18_cifar': 0.8}
         sam = 1.9 if self.opt.startswith('sam') else 1.0
         measure = {VIT_ALL: 0.35, VIT_SAM: 0.3, CNN_ALL: 0.3, CURVE: 0.0}[self.measure]
-        return per_epoch.get(self.model, 1.0) * sam * (1.0 + 0.05 * (1 / self.fraction - 1)) + measure
+        steps = self.schedule / EPOCHS
+        return per_epoch.get(self.model, 1.0) * sam * (1.0 + 0.05 * (1 / self.fraction - 1)) * steps + measure
 
 
 _SAM = dict(rho=SAM_RHO)
 ARMS: Tuple[Arm, ...] = (
     Arm('vit', 'ViT + AdamW', 'vit_tiny_patch16_224', VIT),
     Arm('vit_sam', 'ViT + SAM', 'vit_tiny_patch16_224', VIT, 'samadamw', _SAM),
-    Arm('resnet', 'pre-act ResNet-18/4 + AdamW', 'alternet_18_nomsa_cifar', CNN, measure=CNN_ALL),
+    Arm('resnet', 'pre-act ResNet-18/4 + AdamW', 'alternet_18_nomsa_cifar', CNN, measure=CNN_ALL, schedule=EPOCHS),
     Arm('resnet_sam', 'pre-act ResNet-18/4 + SAM', 'alternet_18_nomsa_cifar', CNN, 'samadamw', _SAM,
-        measure=CNN_ALL),
-    Arm('alternet', 'AlterNet-18/4 + AdamW', 'alternet_18_cifar', CNN, measure=CNN_ALL),
+        measure=CNN_ALL, schedule=EPOCHS),
+    Arm('alternet', 'AlterNet-18/4 + AdamW', 'alternet_18_cifar', CNN, measure=CNN_ALL, schedule=EPOCHS),
     Arm('vit_cb', 'ViT + CB (blocks 3-4)', 'vit_tiny_cb', VIT),
-    Arm('vit_cb_all', 'ViT + CB (every block)', 'vit_tiny_cb_all', VIT),
     Arm('vit_convstem', 'ViT conv stem + AdamW', 'vit_tiny_convstem', VIT),
     Arm('vit_half', 'ViT + AdamW, 1/2 data', 'vit_tiny_patch16_224', VIT, fraction=0.5, measure=VIT_SAM),
     Arm('vit_sam_half', 'ViT + SAM, 1/2 data', 'vit_tiny_patch16_224', VIT, 'samadamw', _SAM, fraction=0.5,
@@ -89,8 +99,6 @@ ARMS: Tuple[Arm, ...] = (
         measure=VIT_SAM),
     Arm('vit_lr3e-3', 'ViT (patchify), lr 3e-3', 'vit_tiny_patch16_224', VIT, lr=3e-3, measure=CURVE),
     Arm('vit_convstem_lr3e-3', 'ViT conv stem, lr 3e-3', 'vit_tiny_convstem', VIT, lr=3e-3, measure=CURVE),
-    Arm('vit_lr1e-2', 'ViT (patchify), lr 1e-2', 'vit_tiny_patch16_224', VIT, lr=1e-2, measure=CURVE),
-    Arm('vit_convstem_lr1e-2', 'ViT conv stem, lr 1e-2', 'vit_tiny_convstem', VIT, lr=1e-2, measure=CURVE),
 )
 ARM_BY_NAME = {a.name: a for a in ARMS}
 
@@ -139,8 +147,6 @@ CLAIMS: Tuple[Claim, ...] = (
           'patchify', 'top1', 'vit', 'vit_convstem', 'increase', 1.0, ' pt'),
     Claim('stem_lr_3e-3', 'scaled-relu', 'Table 1', 'at lr 3e-3 the conv stem reaches a higher top-1 than '
           'patchify', 'top1', 'vit_lr3e-3', 'vit_convstem_lr3e-3', 'increase', 1.0, ' pt'),
-    Claim('stem_lr_1e-2', 'scaled-relu', 'Table 1', 'at lr 1e-2 the conv stem reaches a higher top-1 than '
-          'patchify', 'top1', 'vit_lr1e-2', 'vit_convstem_lr1e-2', 'increase', 1.0, ' pt'),
     Claim('stem_early', 'scaled-relu', 'Sec. 4 (18.1 vs 10.6 % at epoch 5)', 'the conv stem converges faster: '
           'top-1 after 1/10 of the epochs', 'top1_early', 'vit', 'vit_convstem', 'increase', 1.0, ' pt'),
     Claim('stem_tokens', 'scaled-relu', 'Fig. 1', 'the conv stem lowers the token similarity after the stem',
