@@ -19,6 +19,13 @@ schedule (``VIT_EPOCHS``, the subsets the same number of steps), the vit-sam pap
 convergence being that a 2x schedule brings no gain (its App. H). The CNN arms met the rule in
 every run at 30 epochs and keep it. At lr 1e-2 neither stem came near convergence in v2, so those
 runs move to the supporting runs (no verdict); vit_cb_all, read only by the why-paragraphs, too.
+
+Revision 2.2 (2026-11-26, committed before its runs): at 60 epochs every ViT and CNN arm at lr 1e-3
+met the rule (55 of 55 runs), but the lr 3e-3 pair did not (patchify 0 of 5, still gaining 1.4 to
+4.7 points in its last 12 epochs; conv stem 3 of 5), and a longer schedule does not fit the budget.
+The sweep's second learning rate becomes 2e-3, where a pilot of seed 0 (both stems, 60 epochs, the
+study's settings) met the rule for both stems; the pilot's top-1 is not used, the study retrains
+that seed. The lr 3e-3 runs leave the study, as lr 1e-2 did, to keep it within its budget.
 """
 from dataclasses import dataclass, field
 from typing import Any, Dict, Tuple
@@ -97,8 +104,8 @@ ARMS: Tuple[Arm, ...] = (
     Arm('vit_quarter', 'ViT + AdamW, 1/4 data', 'vit_tiny_patch16_224', VIT, fraction=0.25, measure=VIT_SAM),
     Arm('vit_sam_quarter', 'ViT + SAM, 1/4 data', 'vit_tiny_patch16_224', VIT, 'samadamw', _SAM, fraction=0.25,
         measure=VIT_SAM),
-    Arm('vit_lr3e-3', 'ViT (patchify), lr 3e-3', 'vit_tiny_patch16_224', VIT, lr=3e-3, measure=CURVE),
-    Arm('vit_convstem_lr3e-3', 'ViT conv stem, lr 3e-3', 'vit_tiny_convstem', VIT, lr=3e-3, measure=CURVE),
+    Arm('vit_lr2e-3', 'ViT (patchify), lr 2e-3', 'vit_tiny_patch16_224', VIT, lr=2e-3, measure=CURVE),
+    Arm('vit_convstem_lr2e-3', 'ViT conv stem, lr 2e-3', 'vit_tiny_convstem', VIT, lr=2e-3, measure=CURVE),
 )
 ARM_BY_NAME = {a.name: a for a in ARMS}
 
@@ -145,8 +152,8 @@ CLAIMS: Tuple[Claim, ...] = (
     # scaled-relu: Table 1 (lr robustness), Sec. 4 (early convergence), Fig. 1 (token similarity)
     Claim('stem_lr_1e-3', 'scaled-relu', 'Table 1', 'at lr 1e-3 the conv stem reaches a higher top-1 than '
           'patchify', 'top1', 'vit', 'vit_convstem', 'increase', 1.0, ' pt'),
-    Claim('stem_lr_3e-3', 'scaled-relu', 'Table 1', 'at lr 3e-3 the conv stem reaches a higher top-1 than '
-          'patchify', 'top1', 'vit_lr3e-3', 'vit_convstem_lr3e-3', 'increase', 1.0, ' pt'),
+    Claim('stem_lr_2e-3', 'scaled-relu', 'Table 1', 'at lr 2e-3 the conv stem reaches a higher top-1 than '
+          'patchify', 'top1', 'vit_lr2e-3', 'vit_convstem_lr2e-3', 'increase', 1.0, ' pt'),
     Claim('stem_early', 'scaled-relu', 'Sec. 4 (18.1 vs 10.6 % at epoch 5)', 'the conv stem converges faster: '
           'top-1 after 1/10 of the epochs', 'top1_early', 'vit', 'vit_convstem', 'increase', 1.0, ' pt'),
     Claim('stem_tokens', 'scaled-relu', 'Fig. 1', 'the conv stem lowers the token similarity after the stem',
