@@ -48,14 +48,14 @@ def test_every_arm_is_a_valid_train_py_command(tmp_path):
         assert args.count('--seed') == 1 and args[args.index('--seed') + 1] == '2'
         assert args[args.index('--experiment') + 1] == f'{arm.name}-s2'
         assert args[args.index('--lr') + 1] == f'{arm.lr:g}'
-        assert args[args.index('--epochs') + 1] == str(round(plan.EPOCHS / arm.fraction))
+        assert args[args.index('--epochs') + 1] == str(round(arm.schedule / arm.fraction))
         argv = build_train_command(args, timm_train=TRAIN_PY).argv  # checked against train.py's own parser
         assert argv[argv.index('--model') + 1] == arm.model
 
 
 def test_plan_arms_and_claims_are_consistent():
     names = {a.name for a in plan.ARMS}
-    assert len(names) == len(plan.ARMS) == 16
+    assert len(names) == len(plan.ARMS) == 13
     for claim in plan.CLAIMS:
         sides = [s for s in (claim.a, claim.b) if s is not None]
         for side in sides:
@@ -65,7 +65,12 @@ def test_plan_arms_and_claims_are_consistent():
     assert set(plan.V1_VERDICTS) <= {c.key for c in plan.CLAIMS}
     # arms that share an architecture differ only in what the comparison is about
     assert plan.ARM_BY_NAME['vit'].model == plan.ARM_BY_NAME['vit_sam'].model
-    assert plan.ARM_BY_NAME['vit_quarter'].epochs == 4 * plan.EPOCHS
+    assert plan.ARM_BY_NAME['vit_quarter'].epochs == 4 * plan.VIT_EPOCHS == 240  # the same steps as the full data
+    assert plan.ARM_BY_NAME['vit'].epochs == 60 and plan.ARM_BY_NAME['resnet'].epochs == plan.EPOCHS == 30
+    # revision 2.1: the ETA's cost follows the schedule (a 60-epoch ViT costs two 30-epoch units, plus measuring)
+    assert plan.ARM_BY_NAME['vit'].cost == pytest.approx(2.0 + 0.35)
+    assert support.ALL_ARMS_BY_NAME['vit_e30'].cost == pytest.approx(1.0 + 0.05)
+    assert not {a.name for a in support.SUPPORT_ARMS} & names  # an arm is a claim arm or a supporting run
 
 
 @pytest.mark.parametrize('curve, expected', [
@@ -160,20 +165,32 @@ def test_report_from_cached_runs(tmp_path):
     assert text.splitlines()[0].startswith('# The papers\' claims')
     rows = [line for line in text.splitlines() if line.startswith('| SAM raises the ViT\'s top-1 |')]
     assert rows == ['| SAM raises the ViT\'s top-1 | vit-sam, Sec. 4, Table 2 | +2.00 pt [+2.00 pt, +2.00 pt] | '
-                    '±1 pt | 3/3 | **reproduced** | not measured |']
-    assert '| ViT + SAM, 1/4 data | `vit_tiny_patch16_224` | samadamw | 0.001 | 0.25 | 120 |' in text
+                    '±1 pt | 3/3 | **reproduced** | inconclusive | not measured |']
+    assert '| ViT + SAM, 1/4 data | `vit_tiny_patch16_224` | samadamw | 0.001 | 0.25 | 240 |' in text
+    # the vit-sam paper's convergence test: 30 -> 60 epochs, same seed (the fake runs have the same top-1)
+    assert ('top-1 gained by doubling, same seed: ViT 30 -> 60 epochs +0.00 pt [+0.00 pt, +0.00 pt]; ViT + CB 30 -> '
+            '60 epochs +0.00 pt') in text
+    assert '| 2e-3 | 60 |' in text and '| 1e-3 | 60 |' in text  # the lr table names each row's schedule
+    # a cache can hold runs of several studies: the report gives their span and run time, not a study's duration
+    assert 'cached runs took 0 min one core each' in text and 'From a clean cache' not in text
     for png in ('claims.png', 'sam_activity.png', 'cb_cls_entropy.png', 'hessian_spectrum.png',
-                'stem_top1_lr1e-2.png', 'alternet_variance.png', 'sam_top1_fraction.png'):
+                'stem_top1_lr2e-3.png', 'alternet_variance.png', 'sam_top1_fraction.png'):
         assert f'(reproduction/{png})' in text and (tmp_path / 'docs' / 'reproduction' / png).is_file()
     why = text[text.index('## Why the claims that fail here fail'):]
     assert '**Top-1 near the ceiling.**' in why and 'ViT + AdamW 32.3' in why  # (100 - 91) % of 359 images
     assert 'NEP / APE: ViT 0.20 / 2.8; ResNet 0.00 / 2.4' in why  # the end-of-warmup runs
     assert '**Token similarity.**' not in why  # that claim reproduced in these runs
-    assert 'after a complete schedule of 6 epochs +0.000' in why  # CB - ViT from the training-length runs
+    # CB - ViT by training length: the 30-epoch supporting runs, then the study's own 60-epoch arms
+    assert 'after a complete schedule of 30 epochs +0.000' in why and '; 60 epochs +0.000' in why
+    assert 'In depth (30-epoch schedules)' in why  # CB in every block against ViT and CB trained as long
+    # the conv stem's lead by training length (the fake stems tie: the claim is not reproduced)
+    assert ('**The conv stem at lr 1e-3.** Its lead over patchify shrinks as patchify catches up: conv stem - patchify '
+            'top-1 after epoch 6 of 60 +0.00 pt [+0.00 pt, +0.00 pt]; at the end of 30-epoch schedules') in why
+    assert 'Doubling the schedule from 30 to 60 epochs raised patchify by +0.00 pt' in why
     saved = json.loads((tmp_path / 'docs' / 'reproduction' / 'measurements.json').read_text())
     assert saved['runs']['vit'][1]['train_args'] == {'model': 'vit_tiny_patch16_224', 'seed': 1}
     assert saved['claims']['sam_vit_top1']['verdict'] == 'reproduced'
-    assert saved['arms']['vit_half']['epochs'] == 2 * plan.EPOCHS
+    assert saved['arms']['vit_half']['epochs'] == 2 * plan.VIT_EPOCHS
 
 
 def test_plan_reuses_cached_runs_and_refuses_report_only_when_runs_are_missing(tmp_path, monkeypatch, capsys):
@@ -191,8 +208,8 @@ def test_plan_reuses_cached_runs_and_refuses_report_only_when_runs_are_missing(t
                         '--timm-train', str(TRAIN_PY)])
     err = capsys.readouterr()
     lines = {line.split()[0]: line for line in err.out.splitlines()[1:3]}
-    assert lines['vit'].endswith('30 epochs: train 1, measure only 0, cached 1')
-    assert lines['vit_sam'].endswith('30 epochs: train 1, measure only 1, cached 0')
+    assert lines['vit'].endswith('60 epochs: train 1, measure only 0, cached 1')
+    assert lines['vit_sam'].endswith('60 epochs: train 1, measure only 1, cached 0')
     assert 'ETA:' in err.out
     assert ('--report-only: 3 run(s) are not trained or measured in ' in err.err
             and '(first: vit_sam-s0)' in err.err)
