@@ -8,7 +8,7 @@ import math
 import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from _repro_report import _deep_layers
+from _repro_report import _deep_layers, _early_epoch
 
 from timm_ext.analysis.stats import format_difference, paired_difference
 
@@ -119,7 +119,7 @@ def _stem(r: Results, claims: Dict[str, Any]) -> Optional[str]:
     """The conv stem's top-1 lead at lr 1e-3 against training length: early, after 30 and after 60 epochs."""
     if not _failed(claims, 'stem_lr_1e-3') or not _has(r, 'vit', 'vit_convstem'):
         return None
-    early = max(1, int(round(len(r['vit'][0]['top1_curve']) / 10)))
+    early = _early_epoch(r['vit'][0])
     top1 = lambda m: m['top1']  # noqa: E731
     steps = [(f'after epoch {early} of {len(r["vit"][0]["top1_curve"])}',
               _diff(r, 'vit', 'vit_convstem', lambda m: m['top1_curve'][early - 1], '.2f', ' pt'))]
