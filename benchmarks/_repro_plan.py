@@ -26,6 +26,13 @@ met the rule (55 of 55 runs), but the lr 3e-3 pair did not (patchify 0 of 5, sti
 The sweep's second learning rate becomes 2e-3, where a pilot of seed 0 (both stems, 60 epochs, the
 study's settings) met the rule for both stems; the pilot's top-1 is not used, the study retrains
 that seed. The lr 3e-3 runs leave the study, as lr 1e-2 did, to keep it within its budget.
+
+Revision 2.3 (2026-11-26, committed before its runs): at lr 2e-3, 3 of the 10 runs missed the rule (patchify
+seeds 3 and 4 by +4.7 and +3.1 points, still climbing from 75 and 88 % top-1; conv stem seed 1 by +1.1), and
+training is deterministic for the ViTs, so rerunning them would miss again. The rule stays; twice the schedule
+for the pair (ETA ~150 min) does not fit the budget beside the supporting runs. The sweep's second learning
+rate becomes 1.5e-3, half-way between the rate where all 10 runs converged (1e-3) and 2e-3. No pilot was run
+at 1.5e-3: the study from a clean cache is the first run of these arms, and whatever it shows is reported.
 """
 from dataclasses import dataclass, field
 from typing import Any, Dict, Tuple
@@ -104,8 +111,8 @@ ARMS: Tuple[Arm, ...] = (
     Arm('vit_quarter', 'ViT + AdamW, 1/4 data', 'vit_tiny_patch16_224', VIT, fraction=0.25, measure=VIT_SAM),
     Arm('vit_sam_quarter', 'ViT + SAM, 1/4 data', 'vit_tiny_patch16_224', VIT, 'samadamw', _SAM, fraction=0.25,
         measure=VIT_SAM),
-    Arm('vit_lr2e-3', 'ViT (patchify), lr 2e-3', 'vit_tiny_patch16_224', VIT, lr=2e-3, measure=CURVE),
-    Arm('vit_convstem_lr2e-3', 'ViT conv stem, lr 2e-3', 'vit_tiny_convstem', VIT, lr=2e-3, measure=CURVE),
+    Arm('vit_lr1.5e-3', 'ViT (patchify), lr 1.5e-3', 'vit_tiny_patch16_224', VIT, lr=1.5e-3, measure=CURVE),
+    Arm('vit_convstem_lr1.5e-3', 'ViT conv stem, lr 1.5e-3', 'vit_tiny_convstem', VIT, lr=1.5e-3, measure=CURVE),
 )
 ARM_BY_NAME = {a.name: a for a in ARMS}
 
@@ -152,8 +159,8 @@ CLAIMS: Tuple[Claim, ...] = (
     # scaled-relu: Table 1 (lr robustness), Sec. 4 (early convergence), Fig. 1 (token similarity)
     Claim('stem_lr_1e-3', 'scaled-relu', 'Table 1', 'at lr 1e-3 the conv stem reaches a higher top-1 than '
           'patchify', 'top1', 'vit', 'vit_convstem', 'increase', 1.0, ' pt'),
-    Claim('stem_lr_2e-3', 'scaled-relu', 'Table 1', 'at lr 2e-3 the conv stem reaches a higher top-1 than '
-          'patchify', 'top1', 'vit_lr2e-3', 'vit_convstem_lr2e-3', 'increase', 1.0, ' pt'),
+    Claim('stem_lr_1.5e-3', 'scaled-relu', 'Table 1', 'at lr 1.5e-3 the conv stem reaches a higher top-1 than '
+          'patchify', 'top1', 'vit_lr1.5e-3', 'vit_convstem_lr1.5e-3', 'increase', 1.0, ' pt'),
     Claim('stem_early', 'scaled-relu', 'Sec. 4 (18.1 vs 10.6 % at epoch 5)', 'the conv stem converges faster: '
           'top-1 after 1/10 of the epochs', 'top1_early', 'vit', 'vit_convstem', 'increase', 1.0, ' pt'),
     Claim('stem_tokens', 'scaled-relu', 'Fig. 1', 'the conv stem lowers the token similarity after the stem',

@@ -192,7 +192,7 @@ def _public_argv(argv: Sequence[str]) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog='python benchmarks/reproduce.py', description=__doc__.splitlines()[0])
     parser.add_argument('--runs', default=None, help='folder of the train.py runs and their measurements, reused '
-                        '(default: $TIMM_EXT_CACHE/reproduction-v2-runs)')
+                        '(default: $TIMM_EXT_CACHE/reproduction-v3-runs)')
     parser.add_argument('--docs', default='docs', help='folder that receives reproduction.md and reproduction/')
     parser.add_argument('--seeds', type=int, nargs='+', default=list(SEEDS))
     parser.add_argument('--arms', nargs='+', default=[a.name for a in ALL_ARMS],
@@ -212,7 +212,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     arms = [a for a in ALL_ARMS if a.name in args.arms]
     from timm_ext.data import default_cache_dir
 
-    runs = Path(args.runs).expanduser() if args.runs else default_cache_dir() / 'reproduction-v2-runs'
+    runs = Path(args.runs).expanduser() if args.runs else default_cache_dir() / 'reproduction-v3-runs'
     start = time.perf_counter()
     load_before = os.getloadavg()[1]
     jobs = plan_jobs(runs, arms, args.seeds, args.timm_train)

@@ -170,11 +170,11 @@ def test_report_from_cached_runs(tmp_path):
     # the vit-sam paper's convergence test: 30 -> 60 epochs, same seed (the fake runs have the same top-1)
     assert ('top-1 gained by doubling, same seed: ViT 30 -> 60 epochs +0.00 pt [+0.00 pt, +0.00 pt]; ViT + CB 30 -> '
             '60 epochs +0.00 pt') in text
-    assert '| 2e-3 | 60 |' in text and '| 1e-3 | 60 |' in text  # the lr table names each row's schedule
+    assert '| 1.5e-3 | 60 |' in text and '| 1e-3 | 60 |' in text  # the lr table names each row's schedule
     # a cache can hold runs of several studies: the report gives their span and run time, not a study's duration
     assert 'cached runs took 0 min one core each' in text and 'From a clean cache' not in text
     for png in ('claims.png', 'sam_activity.png', 'cb_cls_entropy.png', 'hessian_spectrum.png',
-                'stem_top1_lr2e-3.png', 'alternet_variance.png', 'sam_top1_fraction.png'):
+                'stem_top1_lr1.5e-3.png', 'alternet_variance.png', 'sam_top1_fraction.png'):
         assert f'(reproduction/{png})' in text and (tmp_path / 'docs' / 'reproduction' / png).is_file()
     why = text[text.index('## Why the claims that fail here fail'):]
     assert '**Top-1 near the ceiling.**' in why and 'ViT + AdamW 32.3' in why  # (100 - 91) % of 359 images
