@@ -22,6 +22,7 @@ left with revision 2.2 for the same reason.
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
+from _repro_extend import EXTENSION_ARMS
 from _repro_plan import ARMS, CNN, CNN_ALL, CURVE, EPOCHS, VIT, VIT_ALL, VIT_SAM, Arm
 
 # the training-length runs need the attention and token measurements only, not the Hessian ones
@@ -65,4 +66,5 @@ SUPPORT_ARMS: Tuple[ScheduleArm, ...] = (
 WARMUP_OF = {'vit_warmup': 'vit', 'resnet_warmup': 'resnet', 'alternet_warmup': 'alternet',
              'vit_quarter_warmup': 'vit_quarter'}
 ALL_ARMS: Tuple[Arm, ...] = ARMS + SUPPORT_ARMS
-ALL_ARMS_BY_NAME: Dict[str, Arm] = {a.name: a for a in ALL_ARMS}
+# every arm a run can belong to: the plan's, and revision 2.4's longer schedules of the lr sweep's pair
+ALL_ARMS_BY_NAME: Dict[str, Arm] = {a.name: a for a in ALL_ARMS + EXTENSION_ARMS}

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _repro_extend import doubled, pending  # noqa: E402
 from _repro_measure import MEASURE_FILE  # noqa: E402
-from _repro_plan import IMAGE_SIZE, SEEDS, TRAIN_ARGS, Arm  # noqa: E402
+from _repro_plan import ARM_BY_NAME, EXTENDED_PAIRS, IMAGE_SIZE, MAX_DOUBLINGS, SEEDS, TRAIN_ARGS, Arm  # noqa: E402
 from _repro_support import ALL_ARMS, SUPPORT_ARMS  # noqa: E402
 
 __all__ = ['Job', 'plan_jobs', 'run_jobs', 'train_args', 'main']
@@ -102,6 +103,12 @@ def plan_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], timm_train:
     return jobs
 
 
+def extension_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], timm_train: Optional[str]) -> List[Job]:
+    """Revision 2.4: the lr sweep's pair at twice the schedule, for each seed where one of its runs missed the rule."""
+    return [job for arm, seed in pending(runs, [a.name for a in arms], seeds)
+            for job in plan_jobs(runs, [arm], [seed], timm_train)]
+
+
 def run_jobs(jobs: List[Job], runs: Path, lanes: int, log: Callable[[str], None] = _print) -> None:
     """Run the jobs ``lanes`` at a time, one torch thread each; a failed command stops its job (named at the end)."""
     from timm_ext.launch.commands import child_env
@@ -167,6 +174,13 @@ def print_plan(jobs: Sequence[Job], arms: Sequence[Arm], seeds: Sequence[int], l
         cached = len(seeds) - len(mine)
         log(f'  {arm.name:<20} {arm.model:<24} {arm.opt:<9} lr {arm.lr:<6g} data {arm.fraction:<5g} '
             f'{arm.epochs:>3} epochs: train {len(train)}, measure only {len(measure)}, cached {cached}')
+    names = {a.name for a in arms}
+    pairs = [pair for pair in EXTENDED_PAIRS if all(n in names for n in pair)]
+    for pair in pairs:
+        per_seed = sum(doubled(ARM_BY_NAME[n], 1).cost for n in pair) * UNIT_SECONDS / max(1, lanes) / 60
+        log(f'then each seed whose {" / ".join(pair)} pair misses the convergence rule trains both again at twice '
+            f'the schedule (revision 2.4; up to {MAX_DOUBLINGS} times): +{per_seed:.0f} min per seed at 2x, '
+            f'+{2 * per_seed:.0f} more at 4x')
     if jobs:
         log(f'ETA: {_eta_minutes(jobs, lanes):.0f} min with {lanes} runs at a time on an idle 2-core machine '
             f'(a plain ViT run = {UNIT_SECONDS:.0f} s), then the report (< 2 min)')
@@ -219,11 +233,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print_plan(jobs, arms, args.seeds, args.jobs)
     if args.dry_run:
         return 0
-    if jobs and args.report_only:
-        parser.error(f'--report-only: {len(jobs)} run(s) are not trained or measured in {runs} '
-                     f'(first: {jobs[0].key}); run without --report-only to train them')
+    jobs_after = [] if jobs else extension_jobs(runs, arms, args.seeds, args.timm_train)
+    if (jobs or jobs_after) and args.report_only:
+        first = (jobs or jobs_after)[0]
+        parser.error(f'--report-only: {len(jobs or jobs_after)} run(s) are not trained or measured in {runs} '
+                     f'(first: {first.key}); run without --report-only to train them')
     to_train = sum(1 for j in jobs if len(j.commands) == 2)
     run_jobs(jobs, runs, args.jobs)
+    for _ in range(MAX_DOUBLINGS):  # revision 2.4: the lr sweep's pair, seed by seed, until both runs converge
+        more = extension_jobs(runs, arms, args.seeds, args.timm_train)
+        if not more:
+            break
+        _print(f'{len(more)} run(s) at twice the schedule, where the lr sweep\'s pair missed the convergence rule: '
+               f'{", ".join(j.key for j in more)}; ETA {_eta_minutes(more, args.jobs):.0f} min')
+        to_train += sum(1 for j in more if len(j.commands) == 2)
+        run_jobs(more, runs, args.jobs)
     from _repro_report import write_report
 
     command = 'python benchmarks/reproduce.py ' + ' '.join(_public_argv(list(argv if argv is not None

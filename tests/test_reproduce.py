@@ -43,7 +43,7 @@ def test_every_arm_is_a_valid_train_py_command(tmp_path):
 
     require_timm_script(TRAIN_PY)
     data = _tiny_folder(tmp_path / 'data')
-    for arm in plan.ARMS:
+    for arm in plan.ARMS + importlib.import_module('_repro_extend').EXTENSION_ARMS:  # revision 2.4's schedules too
         args = reproduce.train_args(arm, data, tmp_path / 'runs', seed=2)
         assert args.count('--seed') == 1 and args[args.index('--seed') + 1] == '2'
         assert args[args.index('--experiment') + 1] == f'{arm.name}-s2'
@@ -264,3 +264,99 @@ def test_run_jobs_runs_each_jobs_commands_in_order_and_names_the_failed_ones(tmp
     assert (ok_dir / 'order').read_text() == 'train,measure'  # the second command ran after the first
     assert not (bad_dir / 'order').exists()  # a failed command stops its job
     assert any('vit-s0: done' in line for line in lines) and any('vit-s1: FAILED' in line for line in lines)
+
+
+def _write_run(runs: Path, arm, seed: int, gain: float = 0.0) -> Path:
+    """A fake run of ``arm`` whose curve gains ``gain`` points in its last 20 % of epochs (the rule: <= 0.6)."""
+    d = runs / f'{arm.name}-s{seed}'
+    d.mkdir(parents=True, exist_ok=True)
+    m = _fake_run(arm, seed)
+    tail = round(arm.epochs * plan.CONVERGED_TAIL)
+    m['top1_curve'] = [90.0] * (arm.epochs - tail) + [90.0 + gain] * tail
+    m['converged'] = measure_mod.converged(m['top1_curve'])
+    (d / 'last.pth.tar').write_bytes(b'x')
+    (d / 'summary.csv').write_text('epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n' + ''.join(
+        f'{e},1.0,1.0,{top1},99.0,0.001\n' for e, top1 in enumerate(m['top1_curve'])))
+    (d / 'args.yaml').write_text(f'model: {arm.model}\nseed: {seed}\n')
+    (d / measure_mod.MEASURE_FILE).write_text(json.dumps(m))
+    return d
+
+
+def test_lr_sweep_pair_trains_again_at_twice_the_schedule_until_both_runs_converge(tmp_path):
+    pytest.importorskip('matplotlib')
+    extend = importlib.import_module('_repro_extend')
+    runs = _fake_runs(tmp_path / 'runs')
+    a, b = (plan.ARM_BY_NAME[n] for n in plan.EXTENDED_PAIRS[0])
+    names, seeds = [x.name for x in support.ALL_ARMS], [0, 1, 2]
+    assert extend.pending(runs, names, seeds) == []  # every run converged
+    _write_run(runs, a, 2, gain=0.84)  # patchify seed 2 misses the rule at 60 epochs
+    todo = extend.pending(runs, names, seeds)
+    assert [(arm.name, arm.epochs, seed) for arm, seed in todo] == [(f'{a.name}_x2', 120, 2),
+                                                                      (f'{b.name}_x2', 120, 2)]
+    assert extend.pending(runs, [a.name], seeds) == []  # a pair runs only when both of its arms are in the study
+    for arm, seed in todo:
+        _write_run(runs, arm, seed, gain=0.28)  # both converge at 120 epochs
+    assert extend.pending(runs, names, seeds) == []
+    assert extend.tried(runs, a.name, 2) == [runs / f'{a.name}-s2', runs / f'{a.name}_x2-s2']
+    assert extend.tried(runs, a.name, 1) == [runs / f'{a.name}-s1']
+    r = report.load_results(runs, support.ALL_ARMS, seeds)
+    assert [len(m['top1_curve']) for m in r[a.name]] == [60, 60, 120] and r[a.name][2]['converged']
+    assert [x['run'] for x in r[b.name][2]['replaced']] == [f'{b.name}-s2']  # the partner trains again too
+    path = report.write_report(runs, support.ALL_ARMS, seeds, tmp_path / 'docs', 'python benchmarks/reproduce.py',
+                               wall_s=30.0, trained=2)
+    text = path.read_text()
+    assert f'| {a.label} | `{a.model}` | adamw | 0.0015 | 1 | 60 (seed 2: 120) | ' in text
+    assert '| 1.5e-3 | 60 (seed 2: 120) |' in text
+    assert (f'with the replaced runs\' gain in their last 20% of epochs: {a.name} seed 2: 60 epochs (+0.8) -> 120; '
+            f'{b.name} seed 2: 60 epochs (+70.0) -> 120.') in text
+    assert 'trained 2 of the 65 runs' in text  # 21 arms x 3 seeds in the tables, 2 replaced
+    saved = json.loads((tmp_path / 'docs' / 'reproduction' / 'measurements.json').read_text())
+    assert saved['runs'][a.name][2]['replaced'][0]['top1_curve'][-1] == pytest.approx(90.84)
+    # still missing at 120 and at 240 epochs: no third doubling, and the 240-epoch run is named as not converged
+    _write_run(runs, extend.doubled(a, 1), 2, gain=1.5)
+    todo = extend.pending(runs, names, seeds)
+    assert [(arm.name, arm.epochs) for arm, _ in todo] == [(f'{a.name}_x4', 240), (f'{b.name}_x4', 240)]
+    for arm, seed in todo:
+        _write_run(runs, arm, seed, gain=2.0 if arm.name.startswith(a.name + '_') else 0.0)
+    assert extend.pending(runs, names, seeds) == []
+    r = report.load_results(runs, support.ALL_ARMS, seeds)
+    assert len(r[a.name][2]['top1_curve']) == 240 and not r[a.name][2]['converged']
+    assert f'{a.name} seed 2 (+2.0)' in '\n'.join(report._not_converged(r, plan.ARMS))
+
+
+def test_report_only_refuses_while_the_lr_sweep_pair_must_train_again(tmp_path, monkeypatch, capsys):
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    runs = _fake_runs(tmp_path / 'runs', seeds=(0,))
+    a, b = plan.EXTENDED_PAIRS[0]
+    _write_run(runs, plan.ARM_BY_NAME[b], 0, gain=1.1)  # the conv stem misses the rule
+    with pytest.raises(SystemExit):
+        reproduce.main(['--runs', str(runs), '--arms', a, b, '--seeds', '0', '--report-only',
+                        '--timm-train', str(TRAIN_PY)])
+    err = capsys.readouterr()
+    assert 'trains both again at twice the schedule (revision 2.4; up to 2 times)' in err.out
+    assert '--report-only: 2 run(s) are not trained or measured in ' in err.err and f'(first: {a}_x2-s0)' in err.err
+
+
+def test_main_trains_the_pair_again_then_writes_the_report(tmp_path, monkeypatch, capsys):
+    pytest.importorskip('matplotlib')
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    runs = _fake_runs(tmp_path / 'runs', seeds=(0, 1))
+    a, b = plan.EXTENDED_PAIRS[0]
+    _write_run(runs, plan.ARM_BY_NAME[a], 0, gain=0.9)
+    batches = []
+
+    def fake_run_jobs(jobs, runs_dir, lanes, log=None):  # train and measure: a converged run per job
+        batches.append([j.key for j in jobs])
+        for job in jobs:
+            _write_run(runs_dir, job.arm, job.seed, gain=0.0)
+
+    monkeypatch.setattr(reproduce, 'run_jobs', fake_run_jobs)
+    assert reproduce.main(['--runs', str(runs), '--arms', a, b, '--seeds', '0', '1', '--docs', str(tmp_path / 'docs'),
+                           '--timm-train', str(TRAIN_PY)]) == 0
+    assert batches == [[], [f'{a}_x2-s0', f'{b}_x2-s0']]  # nothing else to train, then one doubling
+    assert f'2 run(s) at twice the schedule, where the lr sweep\'s pair missed the convergence rule: {a}_x2-s0, ' \
+           f'{b}_x2-s0' in capsys.readouterr().out
+    text = (tmp_path / 'docs' / 'reproduction.md').read_text()
+    assert '| 0.0015 | 1 | 120 (seed 1: 60) |' in text and 'trained 2 of the 6 runs' in text
