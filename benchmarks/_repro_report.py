@@ -539,7 +539,8 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
         'rule) and of v1 (6 epochs, 3 seeds, "holds in every seed").',
         '', *_claims_table(claims), '', f'![every claim, every seed]({FIGS}/claims.png)', '',
         '**Verdict rule, fixed before the runs** (`benchmarks/_repro_plan.py`, committed as '
-        f'{_plan_commit()} at the start of the study): {VERDICT_RULE} A claim of no effect ("unchanged") is '
+        f'{_plan_commit()}, each revision before the runs it governs, as its docstring says): {VERDICT_RULE} A '
+        'claim of no effect ("unchanged") is '
         'reproduced when the interval lies inside (-margin, +margin), not reproduced when it lies beyond the margin, '
         'and inconclusive otherwise. The margin is the smallest effect each claim cares about: 1 point of top-1 '
         '(between 3 and 4 of the 359 validation images), 0.05 nats of entropy, 0.1 in log `lambda_max` / log APE '
