@@ -162,7 +162,7 @@ def _eta_minutes(jobs: Sequence[Job], lanes: int) -> float:
 
 
 def print_plan(jobs: Sequence[Job], arms: Sequence[Arm], seeds: Sequence[int], lanes: int,
-               log: Callable[[str], None] = _print) -> None:
+               log: Callable[[str], None] = _print, longer: Sequence[Job] = ()) -> None:
     """What will run (per arm: seeds to train, seeds only to measure, seeds cached) and the ETA."""
     support = sum(a in SUPPORT_ARMS for a in arms)
     log(f'reproduction study: {len(arms)} arms ({support} of them supporting runs) x {len(seeds)} seeds = '
@@ -184,6 +184,9 @@ def print_plan(jobs: Sequence[Job], arms: Sequence[Arm], seeds: Sequence[int], l
     if jobs:
         log(f'ETA: {_eta_minutes(jobs, lanes):.0f} min with {lanes} runs at a time on an idle 2-core machine '
             f'(a plain ViT run = {UNIT_SECONDS:.0f} s), then the report (< 2 min)')
+    elif longer:
+        log(f'the plan is cached; first {len(longer)} run(s) at a longer schedule (revision 2.4: '
+            f'{", ".join(j.key for j in longer)}), ETA {_eta_minutes(longer, lanes):.0f} min, then the report')
     else:
         log('everything is cached: regenerating the report only (< 2 min)')
 
@@ -230,10 +233,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start = time.perf_counter()
     load_before = os.getloadavg()[1]
     jobs = plan_jobs(runs, arms, args.seeds, args.timm_train)
-    print_plan(jobs, arms, args.seeds, args.jobs)
+    jobs_after = [] if jobs else extension_jobs(runs, arms, args.seeds, args.timm_train)
+    print_plan(jobs, arms, args.seeds, args.jobs, longer=jobs_after)
     if args.dry_run:
         return 0
-    jobs_after = [] if jobs else extension_jobs(runs, arms, args.seeds, args.timm_train)
     if (jobs or jobs_after) and args.report_only:
         first = (jobs or jobs_after)[0]
         parser.error(f'--report-only: {len(jobs or jobs_after)} run(s) are not trained or measured in {runs} '
