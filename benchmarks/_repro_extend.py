@@ -10,9 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from _repro_plan import ARM_BY_NAME, EXTENDED_PAIRS, MAX_DOUBLINGS, Arm
-
-MEASURE_FILE = 'timm_ext_measurements.json'  # _repro_measure's output (that module needs torch; this one does not)
+from _repro_plan import ARM_BY_NAME, EXTENDED_PAIRS, MAX_DOUBLINGS, MEASURE_FILE, Arm
 
 
 def doubled(arm: Arm, times: int) -> Arm:
@@ -32,8 +30,9 @@ def pair_of(name: str) -> Optional[Tuple[str, str]]:
     return next((pair for pair in EXTENDED_PAIRS if name in pair), None)
 
 
-def run_dir(runs: Path, arm: Arm, seed: int) -> Path:
-    return runs / f'{arm.name}-s{seed}'
+def run_dir(runs: Path, name: str, seed: int) -> Path:
+    """A run's folder in the cache (train.py's ``--experiment``)."""
+    return runs / f'{name}-s{seed}'
 
 
 def _converged(path: Path) -> Optional[bool]:
@@ -47,17 +46,17 @@ def tried(runs: Path, name: str, seed: int) -> List[Path]:
     final one: the first schedule where both arms of the pair converged, else the last one measured."""
     pair = pair_of(name)
     if pair is None:
-        return [runs / f'{name}-s{seed}']
+        return [run_dir(runs, name, seed)]
     out: List[Path] = []
     for k in range(MAX_DOUBLINGS + 1):
-        dirs = {n: run_dir(runs, doubled(ARM_BY_NAME[n], k), seed) for n in pair}
+        dirs = {n: run_dir(runs, doubled(ARM_BY_NAME[n], k).name, seed) for n in pair}
         verdicts = [_converged(d) for d in dirs.values()]
         if None in verdicts:
             break
         out.append(dirs[name])
         if all(verdicts):
             break
-    return out or [runs / f'{name}-s{seed}']
+    return out or [run_dir(runs, name, seed)]
 
 
 def pending(runs: Path, names: Sequence[str], seeds: Sequence[int]) -> List[Tuple[Arm, int]]:
@@ -70,7 +69,7 @@ def pending(runs: Path, names: Sequence[str], seeds: Sequence[int]) -> List[Tupl
         for seed in seeds:
             done = tried(runs, pair[0], seed)
             k = len(done) - 1
-            verdicts = [_converged(run_dir(runs, doubled(ARM_BY_NAME[n], k), seed)) for n in pair]
+            verdicts = [_converged(run_dir(runs, doubled(ARM_BY_NAME[n], k).name, seed)) for n in pair]
             if None in verdicts or all(verdicts) or k >= MAX_DOUBLINGS:
                 continue
             out += [(doubled(ARM_BY_NAME[n], k + 1), seed) for n in pair]

@@ -24,12 +24,12 @@ from _repro_plan import (  # noqa: E402
     CONVERGED_TAIL,
     CURVE,
     IMAGE_SIZE,
+    MEASURE_FILE,
     VIT_ALL,
     WEIGHT_DECAY,
     Arm,
 )
 
-MEASURE_FILE = 'timm_ext_measurements.json'
 BATCH = 16  # the how-do-vits-work Hessian spectra use mini-batches of 16
 TRAIN_BATCHES = 4  # 64 training images
 VAL_BATCHES = 8  # 128 validation images (batches of 16)

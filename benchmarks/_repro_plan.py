@@ -59,6 +59,7 @@ SEEDS = (0, 1, 2, 3, 4)
 EXTENDED_PAIRS = (('vit_lr1.5e-3', 'vit_convstem_lr1.5e-3'),)
 MAX_DOUBLINGS = 2  # 60 -> 120 -> 240 epochs
 SAM_RHO = 0.05
+MEASURE_FILE = 'timm_ext_measurements.json'  # each run's measurements (_repro_measure), in its folder
 WEIGHT_DECAY = 0.05
 
 # train.py settings of every run; --lr, --epochs and --seed are each run's

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _repro_extend import doubled, pending  # noqa: E402
+from _repro_extend import doubled, pending, run_dir  # noqa: E402
 from _repro_measure import MEASURE_FILE  # noqa: E402
 from _repro_plan import ARM_BY_NAME, EXTENDED_PAIRS, IMAGE_SIZE, MAX_DOUBLINGS, SEEDS, TRAIN_ARGS, Arm  # noqa: E402
 from _repro_support import ALL_ARMS, SUPPORT_ARMS  # noqa: E402
@@ -43,7 +43,7 @@ def _print(line: str) -> None:
 def train_args(arm: Arm, data_dir: Path, runs: Path, seed: int) -> List[str]:
     """train.py's arguments for ``arm`` and ``seed``: the study's shared settings, then the arm's own."""
     args = [*TRAIN_ARGS, '--seed', str(seed), '--lr', f'{arm.lr:g}', '--epochs', str(arm.epochs),
-            '--data-dir', str(data_dir), '--output', str(runs), '--experiment', f'{arm.name}-s{seed}',
+            '--data-dir', str(data_dir), '--output', str(runs), '--experiment', run_dir(runs, arm.name, seed).name,
             '--model', arm.model, '--opt', arm.opt,
             '--model-kwargs', *(f'{k}={v}' for k, v in arm.model_kwargs.items())]
     if arm.opt_kwargs:
@@ -88,18 +88,18 @@ def plan_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], timm_train:
     jobs = []
     for seed in seeds:
         for arm in arms:
-            run_dir = runs / f'{arm.name}-s{seed}'
+            folder = run_dir(runs, arm.name, seed)
             commands, cost = [], 0.0
-            if not trained(run_dir, arm.epochs):
+            if not trained(folder, arm.epochs):
                 data = (digits_subset_folder(arm.fraction, size=IMAGE_SIZE) if arm.fraction < 1
                         else digits_image_folder(size=IMAGE_SIZE))
                 commands.append(build_train_command(train_args(arm, data, runs, seed), timm_train=timm_train).argv)
                 cost += arm.cost
-            if commands or not measured(run_dir):
-                commands.append([sys.executable, str(MEASURE_SCRIPT), str(run_dir), arm.name, str(seed)])
+            if commands or not measured(folder):
+                commands.append([sys.executable, str(MEASURE_SCRIPT), str(folder), arm.name, str(seed)])
                 cost += 0.05 if arm.measure == 'curve' else (0.35 if not commands[:-1] else 0.0)
             if commands:
-                jobs.append(Job(arm, seed, run_dir, commands, cost))
+                jobs.append(Job(arm, seed, folder, commands, cost))
     return jobs
 
 
