@@ -21,6 +21,7 @@ from packaging.version import Version
 
 import timm_ext
 from timm_ext import doctor
+from timm_ext._requirements import declared_requirements
 from timm_ext.cli import main
 from timm_ext.launch import release_table
 
@@ -142,13 +143,13 @@ def test_a_missing_package_names_the_install_line(monkeypatch, release):
 
 
 def test_timm_older_than_timm_ext_declares(monkeypatch, release):
-    needed = doctor._requirements().get('timm')
+    needed = declared_requirements().get('timm')
     if needed is None:
         pytest.skip('timm-ext is not installed (no package metadata): its requirements are unknown')
     monkeypatch.setattr(timm, '__version__', '1.0.20')
     report = doctor.collect(timm_train=str(release))
     assert not report['timm'].ok and report['timm'].value == '1.0.20'
-    assert report.fix == f'timm-ext needs {needed}, found 1.0.20: pip install "{needed}"'
+    assert report.fix == f'timm-ext needs {needed}, found timm 1.0.20: pip install "{needed}"'
 
 
 def test_cuda_devices_are_listed(monkeypatch, release):

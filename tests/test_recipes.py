@@ -88,7 +88,8 @@ def step(self, closure=None, grad_scaler=None, no_sync=None):
         return _step(self, closure, grad_scaler, no_sync)
     _done.append(1)
     task, calls = self.recorder.task, list(self.recorder.calls)
-    model = task.get_trainable_module()
+    # timm >= 1.0.24 names the trainable module; timm 1.0.23's task holds it as .model
+    model = task.get_trainable_module() if hasattr(task, 'get_trainable_module') else task.model
     params = [p for g in self.param_groups for p in g['params']]
     w0, g1 = _flat(params), [p.grad.clone() for p in params]
     nbt = [b.item() for n, b in model.named_buffers() if n.endswith('num_batches_tracked')]

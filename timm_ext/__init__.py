@@ -4,12 +4,17 @@
 with timm's optimizer factory. Importing is cheap: it only defines classes and
 registers entrypoints; nothing is built, downloaded or compiled.
 """
+from timm_ext._requirements import check_installed_versions
 from timm_ext._torchvision import require_loadable_torchvision
 
+check_installed_versions()  # a torch below the declared floor: one line, before timm imports it
 require_loadable_torchvision()  # timm imports torchvision: one line that names the fix, not timm's traceback
 
 # importing `models` registers the models with timm; `optim` registers SAM with timm's optimizer factory
 from timm_ext import layers, models, optim  # noqa: E402
+from timm_ext._timm_backports import apply_backports  # noqa: E402
 from timm_ext.version import __version__  # noqa: E402
+
+apply_backports()  # bugs of older timm releases that later ones fixed (create_loader, local-dir:)
 
 __all__ = ['__version__', 'layers', 'models', 'optim']

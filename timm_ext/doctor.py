@@ -19,14 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+
+from timm_ext._requirements import DIST as _DIST
+from timm_ext._requirements import declared_requirements, version_problem
 
 __all__ = ['Check', 'DoctorReport', 'collect']
 
-_DIST = 'timm-ext'
 _OFFLINE_VARS = ('HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE')
 _TRUE = {'1', 'ON', 'YES', 'TRUE'}  # huggingface_hub's reading of its boolean environment variables
 
@@ -78,7 +79,7 @@ def collect(
         allow_unverified: bool = False,
 ) -> DoctorReport:
     """Check this environment; ``timm_train``/``timm_validate`` as ``timm-ext train``/``validate`` take them."""
-    requirements = _requirements()
+    requirements = declared_requirements()
     offline = _offline_reasons()
     torch, torch_check = _package('torch', requirements)
     checks = [_python(), _platform(), torch_check, _torchvision(torch, requirements)]
@@ -95,23 +96,6 @@ def collect(
 def _import(module: str) -> Any:
     """``importlib.import_module``; its own name so that tests can make a package unimportable."""
     return importlib.import_module(module)
-
-
-def _requirements() -> Dict[str, Requirement]:
-    """timm-ext's own install requirements by distribution name (empty when run from a bare source tree)."""
-    try:
-        lines = importlib.metadata.requires(_DIST) or []
-    except importlib.metadata.PackageNotFoundError:
-        return {}
-    found = {}
-    for line in lines:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if req.marker is None or req.marker.evaluate({'extra': ''}):
-            found[canonicalize_name(req.name)] = req
-    return found
 
 
 def _install(dist: str, requirements: Dict[str, Requirement]) -> str:
@@ -154,10 +138,9 @@ def _package(module: str, requirements: Dict[str, Requirement], dist: Optional[s
         details.update(cuda_build=imported.version.cuda, threads=imported.get_num_threads())
         build = f'CUDA {details["cuda_build"]} build' if details['cuda_build'] else 'CPU build'
         value = f'{version} ({build}), {details["threads"]} threads'
-    req = requirements.get(canonicalize_name(dist))
-    if req is not None and req.specifier and not _satisfies(version, req.specifier):
-        return imported, Check(dist, value, ok=False, details=details,
-                               fix=f'timm-ext needs {req}, found {version}: {_install(dist, requirements)}')
+    problem = version_problem(dist, version, requirements)
+    if problem:
+        return imported, Check(dist, value, ok=False, details=details, fix=problem)
     return imported, Check(dist, value, details=details)
 
 
@@ -166,13 +149,6 @@ def _dist_version(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return 'unknown'
-
-
-def _satisfies(version: str, specifier: SpecifierSet) -> bool:
-    try:
-        return specifier.contains(Version(version).public, prereleases=True)
-    except InvalidVersion:
-        return True  # not a version number (a source build): nothing to compare
 
 
 def _torchvision(torch: Any, requirements: Dict[str, Requirement]) -> Check:

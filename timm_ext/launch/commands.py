@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from timm_ext._timm_backports import LOADER_FIXED_IN, needs_fix
 from timm_ext.launch import preflight
 from timm_ext.launch.arg_checks import train_args_problems, validate_args_problems
 from timm_ext.launch.distributed import Launch
@@ -29,6 +30,10 @@ __all__ = [
     'TrainCommand', 'TrainConfigError', 'build_train_command', 'build_validate_command', 'check_train_command',
     'check_validate_command', 'child_env', 'resolve_script',
 ]
+
+
+# imports the given modules (timm_ext among them), then runs the script as __main__
+_RUNNER = ('-m', 'timm_ext.cli._child')
 
 
 class TrainConfigError(ValueError):
@@ -164,10 +169,13 @@ def build_train_command(
             f'train.py of {script.tag or "this version"} cannot run DDP on the CPU (it passes device_ids to '
             f'DistributedDataParallel, which torch refuses for a CPU model): drop --nproc-per-node or train on GPUs')
     args = (['-c', str(recipe_path)] if recipe_path else []) + extra + _device_modules(effective)
+    # train.py binds timm's create_loader before it imports timm_ext: on a timm with that bug, the runner
+    # imports timm_ext (and its fix, timm_ext._timm_backports) first
+    target = [*_RUNNER, 'timm_ext', str(script.path)] if needs_fix(LOADER_FIXED_IN) else [str(script.path)]
     if launch is None:
-        argv = [sys.executable, str(script.path), *args]
+        argv = [sys.executable, *target, *args]
     else:
-        argv = [sys.executable, '-m', 'torch.distributed.run', *launch.torchrun_args(), str(script.path), *args]
+        argv = [sys.executable, '-m', 'torch.distributed.run', *launch.torchrun_args(), *target, *args]
     return TrainCommand(argv=argv, script=script, warnings=warnings, notes=tuple(notes))
 
 
@@ -192,7 +200,7 @@ def build_validate_command(
         if problems:
             raise TrainConfigError('\n'.join(problems))
     modules = ','.join(dict.fromkeys(['timm_ext', *imports]))
-    argv = [sys.executable, '-m', 'timm_ext.cli._child', modules, str(script.path), *extra]
+    argv = [sys.executable, *_RUNNER, modules, str(script.path), *extra]
     return TrainCommand(argv=argv, script=script)
 
 
