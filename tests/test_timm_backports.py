@@ -33,14 +33,17 @@ def test_which_releases_need_a_fix(version, fixed_in, needed):
     assert needs_fix(fixed_in, version) is needed
 
 
-def test_a_current_timm_is_left_alone():
-    if needs_fix(LOADER_FIXED_IN):
-        pytest.skip(f'timm {timm.__version__} needs the fixes (this test is about a current timm)')
-    from timm.data import create_loader
+def test_the_installed_timm_gets_exactly_the_fixes_it_needs():
+    """A current timm is left alone; an older one has the fixed functions in place of timm's (import timm_ext)."""
+    import timm.data
     from timm.models import _builder
-    assert apply_backports() == []
-    assert not hasattr(create_loader, '_timm_ext_backport')
-    assert not hasattr(_builder.load_state_dict_from_path, '_timm_ext_backport')
+    expected = [name for name, fixed_in in (('timm.data.create_loader', LOADER_FIXED_IN),
+                                            ('timm.models._builder.load_state_dict_from_path', LOCAL_DIR_FIXED_IN))
+                if needs_fix(fixed_in)]
+    assert apply_backports() == expected
+    assert hasattr(timm.data.create_loader, '_timm_ext_backport') == ('timm.data.create_loader' in expected)
+    assert hasattr(_builder.load_state_dict_from_path, '_timm_ext_backport') == (
+        'timm.models._builder.load_state_dict_from_path' in expected)
 
 
 LOADER = '''
