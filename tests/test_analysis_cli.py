@@ -88,3 +88,49 @@ def test_density_takes_runs_not_samples(capsys):
     code, _, err = run(capsys, 'analyze', 'density', *TINY, '--samples', '3')
     assert code == 2
     assert err.strip() == 'timm-ext analyze: error: density counts Lanczos runs with --runs N, not --samples'
+
+
+def test_a_run_folder_gives_the_model_and_its_preprocessing(capsys, tmp_path, image_folder):
+    import argparse
+
+    import timm
+    import torch
+
+    kwargs = dict(img_size=16, patch_size=4, embed_dim=16, depth=2, num_heads=2)
+    model = timm.create_model('vit_tiny_patch16_224', num_classes=3, **kwargs)
+    run_dir = tmp_path / 'run'
+    run_dir.mkdir()
+    args = argparse.Namespace(model='vit_tiny_patch16_224', model_kwargs=kwargs, num_classes=3, input_size=[3, 16, 16],
+                              mean=[0.0, 0.0, 0.0], std=[1.0, 1.0, 1.0], interpolation='bilinear', crop_pct=1.0)
+    torch.save({'state_dict': model.state_dict(), 'arch': 'vit_tiny_patch16_224', 'args': args},
+               run_dir / 'last.pth.tar')
+    code, _, err = run(capsys, 'analyze', 'attention', '--checkpoint', str(run_dir), '--data', str(image_folder),
+                       '--out', str(tmp_path / 'out'), '--batches', '1', '--batch-size', '2', '--no-progress')
+    assert code == 0, err
+    assert err.splitlines()[0] == (
+        'timm-ext analyze: note: from run/last.pth.tar: model vit_tiny_patch16_224, num_classes 3, in_chans 3, '
+        'img_size 16, patch_size 4, embed_dim 16, depth 2, num_heads 2, mean [0.0, 0.0, 0.0], std [1.0, 1.0, 1.0], '
+        'interpolation bilinear, crop_pct 1.0, input_size (3, 16, 16)')
+    code, _, err = run(capsys, 'analyze', 'attention', '--checkpoint', str(run_dir), '--best', '--no-progress')
+    assert code == 2 and err.splitlines() == [
+        f'timm-ext analyze: error: run folder {run_dir} has no model_best.pth.tar (it has last.pth.tar): give a '
+        f'checkpoint file with --checkpoint']
+
+
+def test_load_batches_takes_the_runs_preprocessing(image_folder):
+    import timm
+
+    from timm_ext.analysis.runner import load_batches
+
+    model = timm.create_model('vit_tiny_patch16_224', img_size=8, patch_size=4, embed_dim=16, depth=1, num_heads=2)
+    plain = {'mean': (0.0,) * 3, 'std': (1.0,) * 3, 'input_size': (3, 8, 8), 'crop_pct': 1.0}
+    ((x, _),) = load_batches(str(image_folder), 'validation', 2, 1, model, data_config=plain)
+    assert tuple(x.shape) == (2, 3, 8, 8) and 0.0 <= x.min() and x.max() <= 1.0  # no ImageNet normalisation
+    ((y, _),) = load_batches(str(image_folder), 'validation', 2, 1, model,
+                             data_config=dict(plain, mean=(0.5,) * 3))
+    assert torch_allclose(y, x - 0.5)
+
+
+def torch_allclose(a, b):
+    import torch
+    return torch.allclose(a, b, atol=1e-6)

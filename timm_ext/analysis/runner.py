@@ -117,11 +117,13 @@ def load_batches(
         model: Optional[nn.Module] = None,
         seed: int = 0,
         img_size: Optional[int] = None,
+        data_config: Optional[Dict[str, Any]] = None,
 ) -> List[Tuple[torch.Tensor, torch.Tensor]]:
     """``batches`` batches of ``batch_size`` images and labels from ``data`` ('digits' or a folder), seeded.
 
     A folder's images get timm's eval transform for ``model`` at ``img_size`` (default: the size of the
-    model's patch embedding, else its pretrained config's).
+    model's patch embedding, else its pretrained config's). ``data_config`` (a train.py run's preprocessing:
+    ``input_size``, ``mean``, ``std``, ``interpolation``, ``crop_pct``, ``crop_mode``) replaces those values.
     """
     from timm.data import ImageDataset, create_transform, resolve_data_config
 
@@ -129,7 +131,8 @@ def load_batches(
     positive_int('--batches', batches)
     root, digits = _data_root(data, split)
     config = dict(DIGITS_INPUT) if digits else resolve_data_config({}, model=model)
-    size = img_size or _model_img_size(model)
+    config.update(data_config or {})
+    size = img_size or (None if 'input_size' in (data_config or {}) else _model_img_size(model))
     if size is not None:
         config['input_size'] = (3, *size) if isinstance(size, tuple) else (3, size, size)
     dataset = ImageDataset(str(root), transform=create_transform(**config, is_training=False))

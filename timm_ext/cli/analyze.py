@@ -1,7 +1,9 @@
 """``timm-ext analyze METRIC``: one of the papers' diagnostics on a model and images, as JSON, CSV and a plot."""
 import argparse
 import inspect
-from typing import List
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
 
 from timm_ext.cli._errors import CliError
 
@@ -21,7 +23,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('metric', metavar='METRIC', help='one of: ' + ', '.join(METRICS))
     parser.add_argument('--model', default=None, help='timm model name (default: the checkpoint\'s architecture)')
     parser.add_argument('--checkpoint', metavar='PATH', default=None,
-                        help='train.py checkpoint or .safetensors; its recorded model arguments are used')
+                        help='train.py checkpoint, a train.py run folder (its last.pth.tar) or .safetensors; the '
+                             'model arguments and the preprocessing (size, mean/std, crop) train.py recorded are used')
+    parser.add_argument('--best', action='store_true',
+                        help='with a run folder as --checkpoint: its model_best.pth.tar')
     parser.add_argument('--model-kwargs', nargs='*', default=[], metavar='KEY=VALUE',
                         help='keyword arguments of timm.create_model, e.g. img_size=32 patch_size=4')
     parser.add_argument('--other-model', default=None, help='cka: a second model to compare with (default: itself)')
@@ -89,12 +94,14 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
     split = args.split or ('train' if args.metric in LOSS_METRICS else 'validation')
     num_classes = 10 if args.data == 'digits' else None
     try:
+        checkpoint, data_config = _run_checkpoint(args.checkpoint, args.best)
         kwargs = parse_kwargs(args.model_kwargs)
-        model = build_model(args.model, args.checkpoint, kwargs, num_classes)
+        model = build_model(args.model, checkpoint, kwargs, num_classes)
         other = None
         if args.other_model or args.other_checkpoint:
             other = build_model(args.other_model or args.model, args.other_checkpoint, kwargs, num_classes)
-        batches = load_batches(args.data, split, args.batch_size, args.batches, model, args.seed, args.img_size)
+        batches = load_batches(args.data, split, args.batch_size, args.batches, model, args.seed, args.img_size,
+                               data_config=data_config)
     except FileNotFoundError as e:
         raise CliError(str(e)) from None
     except (ValueError, TypeError, RuntimeError, ImportError, OSError) as e:
@@ -117,6 +124,31 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
     if result.plot is not None:
         print(f'plot: {result.plot}')
     return 0
+
+
+def _run_checkpoint(path: Optional[str], best: bool) -> Tuple[Optional[Path], Dict[str, Any]]:
+    """The checkpoint file (a run folder's last or best) and the preprocessing its run recorded; a note names
+    what is taken from the run."""
+    from timm_ext.hub import HubError, load_checkpoint
+    from timm_ext.launch.from_run import RunError, run_checkpoint
+
+    if path is None:
+        if best:
+            raise CliError('--best picks model_best.pth.tar of the run folder given with --checkpoint: add it')
+        return None, {}
+    try:
+        checkpoint = run_checkpoint(path, best)
+        ckpt = load_checkpoint(checkpoint)
+    except (RunError, HubError) as e:
+        raise CliError(str(e)) from None
+    config = ckpt.data_config()
+    taken = [f'model {ckpt.arch}'] if ckpt.arch else []
+    taken += [f'{k} {v}' for k, v in ckpt.model_kwargs().items()]
+    taken += [f'{k} {v}' for k, v in config.items()]
+    if taken:
+        print(f'timm-ext analyze: note: from {checkpoint.parent.name}/{checkpoint.name}: {", ".join(taken)}',
+              file=sys.stderr)
+    return checkpoint, config
 
 
 def _headline(summary: dict) -> str:
