@@ -426,6 +426,19 @@ def test_load_model_corrupt_weights(tmp_path, offline):
         check_folder(out)
 
 
+def test_timms_own_route_gives_the_same_line_for_corrupt_weights(tmp_path, offline):
+    """``timm.create_model('local-dir:...')`` / ``('hf-hub:...')``, as docs/hub.md shows it: load_model's line."""
+    out = _export(_small(), tmp_path / 'export')
+    data = (out / 'model.safetensors').read_bytes()
+    (out / 'model.safetensors').write_bytes(data[:len(data) // 2])
+    with pytest.raises(HubError, match=r'export/model\.safetensors is not a readable safetensors file .*delete it'):
+        timm.create_model(f'local-dir:{out}', pretrained=True)
+    _publish(tmp_path / 'hub', out, 'acme/cut')
+    cached = tmp_path / 'hub' / 'models--acme--cut' / 'snapshots' / SHA / 'model.safetensors'
+    with pytest.raises(HubError, match=rf'{cached} is not a readable safetensors file'):
+        timm.create_model('hf-hub:acme/cut', pretrained=True, cache_dir=tmp_path / 'hub')
+
+
 def test_load_model_unknown_architecture(tmp_path, offline):
     out = _export(_small(), tmp_path / 'export')
     config = json.loads((out / 'config.json').read_text())

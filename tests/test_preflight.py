@@ -434,9 +434,17 @@ def test_documented_commands_pass(capsys, cuda, tmp_path, monkeypatch, imagenet_
     (on a machine with CUDA where they do not pass --device cpu)."""
     data = image_folder(tmp_path / 'data', {'train': 13, 'validation': 1}, classes=10)  # 130 images: batch 128
     (tmp_path / 'my_recipe.yaml').write_text(find_recipe('examples/sam_minimal').read_text())
-    checkpoint = tmp_path / 'output' / 'train' / 'run' / 'model_best.pth.tar'
-    checkpoint.parent.mkdir(parents=True)
-    checkpoint.write_bytes(b'')
+    run = tmp_path / 'output' / 'train' / 'run'  # a run train.py wrote: its checkpoints and args.yaml
+    run.mkdir(parents=True)
+    import argparse
+
+    import timm
+    model = timm.create_model('vit_tiny_cb', num_classes=10, img_size=32, patch_size=16, depth=1)
+    for name in ('last.pth.tar', 'model_best.pth.tar'):
+        torch.save({'state_dict': model.state_dict(), 'arch': 'vit_tiny_cb', 'args': argparse.Namespace(
+            model='vit_tiny_cb', num_classes=10, model_kwargs={'img_size': 32, 'patch_size': 16, 'depth': 1},
+            device='cpu', data_dir='data')}, run / name)
+    (run / 'args.yaml').write_text('model: vit_tiny_cb\n')
     monkeypatch.chdir(tmp_path)
     places = {'/path/to/imagenet': str(imagenet_like), '/data/imagenet': str(imagenet_like), 'data': str(data)}
     commands = _documented_commands(REPO / 'README.md') + _documented_commands(REPO / 'docs' / 'cli.md')
@@ -447,3 +455,80 @@ def test_documented_commands_pass(capsys, cuda, tmp_path, monkeypatch, imagenet_
         if code != 0 or not out:
             refused_commands.append((shlex.join(['timm-ext', *argv]), err))
     assert refused_commands == []
+
+
+# --- optimizer arguments, the output folder, --resume ---------------------------------------------
+
+def test_opt_kwargs_the_optimizer_does_not_take(capsys, tiny, tmp_path):
+    recipe = tmp_path / 'adamw_rho.yaml'
+    recipe.write_text('device_modules: [timm_ext]\nopt: adamw\nopt_kwargs:\n  rho: 0.05\n')
+    args = ['-c', recipe, '--model', 'resnet18', '--data-dir', tiny, '--num-classes', '2', '-b', '2', '--device', 'cpu']
+    assert refused(capsys, 'train', *args) == (
+        "opt_kwargs key 'rho' is not an argument of the optimizer timm builds for opt 'adamw' (train.py would stop "
+        "with TypeError): rho is a SAM setting; for SAM write opt: samadamw, else drop rho")
+    code, out, _ = cli(capsys, 'recipes', 'check', recipe)
+    assert code == 1 and "opt_kwargs key 'rho' is not an argument of the optimizer" in out
+    assert refused(capsys, 'train', *args, '--opt', 'samadamw', '--opt-kwargs', 'rhoo=0.1') == (
+        "opt_kwargs key 'rhoo' is not an argument of the optimizer timm builds for opt 'samadamw' (train.py would "
+        "stop with TypeError): did you mean 'rho'?")
+    # the SAM family takes its settings and its base optimizer's; the factory's own keywords pass everywhere
+    passes(capsys, 'train', *args, '--opt', 'samadamw', '--opt-kwargs', 'rho=0.1', 'betas=(0.9,0.99)',
+           'layer_decay=0.75')
+    passes(capsys, 'train', *args, '--opt', 'sgd', '--opt-kwargs', 'nesterov=False', 'dampening=0.1')
+
+
+def test_opt_kwargs_given_twice(capsys, tiny):
+    args = ['--model', 'resnet18', '--data-dir', tiny, '--num-classes', '2', '-b', '2', '--device', 'cpu']
+    assert refused(capsys, 'train', *args, '--opt', 'adamw', '--opt-kwargs', 'lr=0.1') == (
+        "opt_kwargs key 'lr' is also train.py's --lr (train.py passes both and stops with TypeError): set it with "
+        "--lr (a recipe: `lr:` at the top level)")
+
+
+def test_an_output_folder_train_py_cannot_make(capsys, tiny, tmp_path):
+    args = ['--model', 'resnet18', '--data-dir', tiny, '--num-classes', '2', '-b', '2', '--device', 'cpu']
+    (tmp_path / 'a_file').write_text('mine')
+    assert refused(capsys, 'train', *args, '--output', tmp_path / 'a_file' / 'runs') == (
+        f'--output {tmp_path / "a_file" / "runs"}: {tmp_path / "a_file"} is a file, so train.py cannot make its '
+        f'output folder {tmp_path / "a_file" / "runs"} there: choose another --output or --experiment')
+    assert (tmp_path / 'a_file').read_text() == 'mine'
+    assert refused(capsys, 'train', *args, '--output', tmp_path, '--experiment', 'a_file') == (
+        f'--output {tmp_path}: {tmp_path / "a_file"} is a file, so train.py cannot make its output folder '
+        f'{tmp_path / "a_file"} there: choose another --output or --experiment')
+    if Path('/sys').is_dir():  # a file system nobody, root included, makes folders in
+        assert refused(capsys, 'train', *args, '--output', '/sys/timm-ext-runs') == (
+            '--output /sys/timm-ext-runs: train.py cannot create folders in /sys (Operation not permitted): choose '
+            'another --output')
+    passes(capsys, 'train', *args, '--output', tmp_path / 'new' / 'runs')
+    assert not (tmp_path / 'new').exists() and not list(tmp_path.glob('.timm-ext-probe-*'))  # the probe is gone
+
+
+def _checkpoint(path: Path, opt: str, sam: bool, epoch: int = 2) -> Path:
+    import argparse
+
+    import timm
+    model = timm.create_model('resnet18', num_classes=2)
+    optimizer = {'state': {}, 'param_groups': [{'lr': 0.1, 'params': [0]}]}
+    if sam:
+        optimizer['sam'] = {'step': 3}
+    torch.save({'state_dict': model.state_dict(), 'arch': 'resnet18', 'epoch': epoch, 'optimizer': optimizer,
+                'args': argparse.Namespace(opt=opt, model='resnet18')}, path)
+    return path
+
+
+def test_resume_names_the_checkpoints_optimizer_and_refuses_a_mismatch(capsys, tiny, tmp_path):
+    args = ['--model', 'resnet18', '--data-dir', tiny, '--num-classes', '2', '-b', '2', '--device', 'cpu']
+    adamw = _checkpoint(tmp_path / 'adamw.pth.tar', 'adamw', sam=False)
+    sam = _checkpoint(tmp_path / 'sam.pth.tar', 'samadamw', sam=True)
+    assert refused(capsys, 'train', *args, '--opt', 'samadamw', '--resume', adamw) == (
+        f"--resume {adamw} holds the state of adamw (plain), and this run builds samadamw (SAM): train.py would "
+        f"load one optimizer's state into the other; resume with --opt adamw, or add --no-resume-opt to load the "
+        f"weights and start the optimizer fresh")
+    assert refused(capsys, 'train', *args, '--opt', 'adamw', '--resume', sam).startswith(
+        f'--resume {sam} holds the state of samadamw (SAM), and this run builds adamw (plain)')
+    assert refused(capsys, 'train', *args, '--opt', 'sgd', '--resume', adamw).startswith(
+        f'--resume {adamw} holds the state of adamw (plain), and this run builds sgd (plain)')
+    assert f'timm-ext train: --resume {adamw}: weights and the state of adamw (plain), epoch 2: train.py continues ' \
+           f'at epoch 3' in passes(capsys, 'train', *args, '--opt', 'adamw', '--resume', adamw)
+    assert f'timm-ext train: --resume {adamw}: weights of resnet18, its optimizer state is not loaded ' \
+           f'(--no-resume-opt), epoch 2: train.py continues at epoch 3' in passes(
+               capsys, 'train', *args, '--opt', 'samadamw', '--resume', adamw, '--no-resume-opt')

@@ -1,5 +1,6 @@
 """What train and validate share: find timm's script, report notes, run the child process."""
 import shlex
+import signal
 import subprocess
 import sys
 from typing import List, Optional
@@ -27,5 +28,28 @@ def run_child(cmd: List[str], dry_run: bool = False) -> int:
         print(line)
         return 0
     print(f'timm-ext: running {line}', file=sys.stderr, flush=True)
-    code = subprocess.run(cmd, env=commands.child_env()).returncode
+    process = subprocess.Popen(cmd, env=commands.child_env())
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:
+        _stop_cleanly(process)
+        raise
     return code if code >= 0 else 128 - code
+
+
+def _stop_cleanly(process: subprocess.Popen) -> None:
+    """Ctrl-C: the terminal sent SIGINT to the child as well; give it time to stop by itself (train.py ends its
+    epoch loop and keeps its checkpoints), pass SIGINT on if it did not get one, and end it only as a last resort."""
+    try:
+        process.wait(timeout=2)
+        return
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        process.wait()
+
+
+_GRACE_S = 60

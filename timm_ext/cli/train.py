@@ -2,12 +2,14 @@
 import argparse
 import os
 import sys
+import time
 from typing import List
 
 from timm_ext.cli._errors import CliError
 from timm_ext.cli._scripts import resolve_script, run_child
-from timm_ext.launch.commands import TrainConfigError, build_train_command
+from timm_ext.launch.commands import TrainCommand, TrainConfigError, build_train_command
 from timm_ext.launch.distributed import DEFAULT_PORT, DEFAULT_RDZV_BACKEND, LaunchError, resolve_launch
+from timm_ext.launch.resume import resume_command, run_folder
 
 PASSTHROUGH = True
 
@@ -83,4 +85,20 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
         print(f'timm-ext train: {note}', file=sys.stderr)
     for warning in command.warnings:
         print(f'timm-ext train: warning: {warning}', file=sys.stderr)
-    return run_child(command.argv, dry_run=args.dry_run)
+    started = time.time()
+    try:
+        return run_child(command.argv, dry_run=args.dry_run)
+    except KeyboardInterrupt:
+        print(f'timm-ext train: interrupted; {_how_to_resume(command, started)}', file=sys.stderr)
+        return 130
+
+
+def _how_to_resume(command: TrainCommand, started: float) -> str:
+    """The exact command that continues the run in its folder, or why there is nothing to resume yet."""
+    if command.args is None:
+        return 'resume with --resume OUTPUT/RUN/last.pth.tar'
+    folder = run_folder(command.args, started)
+    if folder is None or not (folder / 'last.pth.tar').is_file():
+        return ('no checkpoint was saved yet (train.py saves one at the end of each epoch): run the same command '
+                'again')
+    return 'resume with: ' + resume_command(sys.argv[1:], folder, bool(command.args.experiment))

@@ -39,6 +39,9 @@ class Checkpoint:
     train_args: Dict[str, Any] = field(default_factory=dict)
     epoch: Optional[int] = None
     ema: bool = False
+    # the optimizer state train.py saved with the weights: None without one, else whether it is a SAM-family
+    # state (timm-ext's SAM adds its settings under 'sam')
+    optimizer_is_sam: Optional[bool] = None
 
     def model_kwargs(self) -> Dict[str, Any]:
         """The keyword arguments train.py gave ``timm.create_model`` that shape the model (``--num-classes``,
@@ -86,7 +89,10 @@ def load_checkpoint(path: Union[str, Path], use_ema: bool = False) -> Checkpoint
     train_args = vars(args) if isinstance(args, argparse.Namespace) else dict(args) if isinstance(args, dict) else {}
     arch = content.get('arch') if isinstance(content.get('arch'), str) else None
     epoch = content.get('epoch') if isinstance(content.get('epoch'), int) else None
-    return Checkpoint(path, _strip_prefixes(state_dict), arch=arch, train_args=train_args, epoch=epoch, ema=ema)
+    optimizer = content.get('optimizer')
+    is_sam = ('sam' in optimizer) if isinstance(optimizer, dict) else None
+    return Checkpoint(path, _strip_prefixes(state_dict), arch=arch, train_args=train_args, epoch=epoch, ema=ema,
+                      optimizer_is_sam=is_sam)
 
 
 def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:

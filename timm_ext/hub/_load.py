@@ -15,7 +15,7 @@ from timm.models import get_arch_name, is_model, parse_model_name
 from timm_ext.hub._errors import HubError, first_line
 from timm_ext.hub._folder import CFG_FIELDS, CONFIG_NAME, WEIGHTS_NAME, unknown_architecture
 
-__all__ = ['load_model']
+__all__ = ['explain_load_error', 'load_model']
 
 
 def load_model(model_name: str, pretrained: bool = True, **kwargs: Any) -> nn.Module:
@@ -24,14 +24,16 @@ def load_model(model_name: str, pretrained: bool = True, **kwargs: Any) -> nn.Mo
     try:
         return timm.create_model(model_name, pretrained=pretrained, **kwargs)
     except Exception as e:
-        message = _explain(model_name, kwargs.get('cache_dir'), e, pretrained)
+        message = explain_load_error(model_name, kwargs.get('cache_dir'), e, pretrained)
         if message is None:
             raise
         raise HubError(message) from e
 
 
-def _explain(model_name: str, cache_dir: Optional[Union[str, Path]], error: Exception,
-             pretrained: bool = True) -> Optional[str]:
+def explain_load_error(model_name: str, cache_dir: Optional[Union[str, Path]], error: Exception,
+                       pretrained: bool = True) -> Optional[str]:
+    """The one line for ``error`` raised while ``timm.create_model(model_name)`` loaded an ``hf-hub:`` or
+    ``local-dir:`` checkpoint; None when it is not such an error."""
     source, ident = parse_model_name(model_name)
     if source not in ('hf-hub', 'local-dir'):
         return None

@@ -20,9 +20,16 @@ from pathlib import Path
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence
 
 from timm_ext.launch.preflight import script_args, split_folder
-from timm_ext.recipes.checks import _SAM_ONLY_KEYS, is_sam_optimizer, loss_problems, opt_name_problems
+from timm_ext.recipes.checks import (
+    _SAM_ONLY_KEYS,
+    is_sam_optimizer,
+    loss_problems,
+    opt_kwargs_problems,
+    opt_name_problems,
+)
 
-__all__ = ['check_train_args', 'check_validate_args', 'train_args_problems', 'validate_args_problems']
+__all__ = ['check_train_args', 'check_validate_args', 'output_problems', 'train_args_problems',
+           'validate_args_problems']
 
 _IMAGE_FOLDER_DATASETS = ('', 'folder', 'image_folder')
 
@@ -43,20 +50,61 @@ def train_args_problems(
 ) -> List[str]:
     """:func:`check_train_args` on the namespace train.py parses (from :func:`script_args`)."""
     problems = []
-    if isinstance(args.opt, str):
-        problems += opt_name_problems(args.opt)
-    problems += _device_problems(args.device, cuda_available)
-    problems += loss_problems(lambda k: getattr(args, k, None))
-    problems += _class_count_problems(args)
+    leftover: List[str] = []
     recipe_opt = (config or {}).get('opt')
     if isinstance(recipe_opt, str) and is_sam_optimizer(recipe_opt) and not is_sam_optimizer(args.opt):
         leftover = _leftover_sam_kwargs(args.opt, args.opt_kwargs or {})
-        if leftover:
-            problems.append(
-                f'--opt {args.opt} replaces the recipe\'s SAM optimizer {recipe_opt!r}, but opt_kwargs still carry '
-                f'SAM\'s {", ".join(leftover)}, which {args.opt} does not take: give the baseline its own '
-                f'--opt-kwargs (a bare `--opt-kwargs` clears them; train.py\'s --clip-grad clips)')
+    if isinstance(args.opt, str):
+        problems += opt_name_problems(args.opt)
+        problems += _opt_kwargs_twice(args)
+        own = {k: v for k, v in (args.opt_kwargs or {}).items() if k not in leftover}  # those get the line below
+        problems += opt_kwargs_problems(args.opt, own)
+    problems += _device_problems(args.device, cuda_available)
+    problems += output_problems(args)
+    problems += loss_problems(lambda k: getattr(args, k, None))
+    problems += _class_count_problems(args)
+    if leftover:
+        problems.append(
+            f'--opt {args.opt} replaces the recipe\'s SAM optimizer {recipe_opt!r}, but opt_kwargs still carry '
+            f'SAM\'s {", ".join(leftover)}, which {args.opt} does not take: give the baseline its own '
+            f'--opt-kwargs (a bare `--opt-kwargs` clears them; train.py\'s --clip-grad clips)')
     return list(dict.fromkeys(problems))
+
+
+def output_problems(args: argparse.Namespace) -> List[str]:
+    """train.py's output folder (``--output``, default ./output/train, and ``--experiment`` in it) must be a folder
+    it can create: a file in the way is ``NotADirectoryError``, a folder it cannot write ``PermissionError``,
+    both only after the model and data are built. Probed by making and removing a folder where train.py would."""
+    import tempfile
+
+    base = Path(args.output or './output/train').expanduser()
+    target = base / args.experiment if getattr(args, 'experiment', '') else base
+    flag = f'--output {args.output}' if args.output else '--output (train.py\'s default ./output/train)'
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return [f'{flag}: {existing} is a file, so train.py cannot make its output folder {target} there: '
+                f'choose another --output or --experiment']
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix='.timm-ext-probe-', dir=existing))
+    except OSError as e:
+        return [f'{flag}: train.py cannot create folders in {existing} ({e.strerror}): choose another --output']
+    return []
+
+
+def _opt_kwargs_twice(args: argparse.Namespace) -> List[str]:
+    """train.py calls ``create_optimizer_v2(model, **optimizer_kwargs(cfg=args), **args.opt_kwargs)``: a key in both
+    is a TypeError (``got multiple values for keyword argument``)."""
+    from timm.optim import optimizer_kwargs
+
+    try:
+        own = optimizer_kwargs(cfg=args)
+    except Exception:  # a namespace train.py would not build: the other checks name it
+        return []
+    return [f'opt_kwargs key {key!r} is also train.py\'s --{key.replace("_", "-")} (train.py passes both and stops '
+            f'with TypeError): set it with --{key.replace("_", "-")} (a recipe: `{key}:` at the top level)'
+            for key in (args.opt_kwargs or {}) if key in own]
 
 
 def _leftover_sam_kwargs(opt: str, opt_kwargs: Dict[str, Any]) -> List[str]:

@@ -24,6 +24,7 @@ from timm_ext.launch.arg_checks import train_args_problems, validate_args_proble
 from timm_ext.launch.distributed import Launch
 from timm_ext.launch.find import ScriptError, TimmScript, ddp_passes_device_ids, find_script, load_script_parser
 from timm_ext.launch.global_batch import GlobalBatchError, resolve_auto_accumulation
+from timm_ext.launch.resume import resume_problems
 from timm_ext.recipes import RecipeError, check_recipe, find_recipe, load_recipe
 
 __all__ = [
@@ -49,6 +50,7 @@ class TrainCommand:
     script: TimmScript
     warnings: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = ()
+    args: Optional[argparse.Namespace] = None  # what the script will parse (recipe and arguments), when known
 
 
 def resolve_script(name: str, path: Optional[Union[str, Path]] = None, allow_unverified: bool = False) -> TimmScript:
@@ -82,7 +84,8 @@ def check_train_command(
     """Every check of a train.py command against train.py's ``parser``: the recipe's keys and values, the
     arguments, and the preflight (model, data, steps per epoch, global batch); problems without repeats."""
     config = config or {}
-    problems = check_recipe(config, parser) if recipe is not None else []
+    # the recipe's opt_kwargs are checked against the optimizer of the whole command (train_args_problems)
+    problems = check_recipe(config, parser, opt_kwargs=False) if recipe is not None else []
     args = preflight.script_args(parser, train_args, config)
     found = preflight.Preflight()
     if args is not None:  # else train.py prints its own usage error
@@ -163,6 +166,11 @@ def build_train_command(
             raise TrainConfigError('\n'.join(found.problems))
         warnings = tuple(found.warnings)
     effective = preflight.script_args(parser, extra, config)  # what the child parses
+    if check and effective is not None:
+        refused, resume_notes = resume_problems(effective)
+        if refused:
+            raise TrainConfigError('\n'.join(refused))
+        notes += resume_notes
     if world > 1 and effective is not None and str(effective.device).split(':')[0] == 'cpu' \
             and ddp_passes_device_ids(script.path):
         raise TrainConfigError(
@@ -176,7 +184,7 @@ def build_train_command(
         argv = [sys.executable, *target, *args]
     else:
         argv = [sys.executable, '-m', 'torch.distributed.run', *launch.torchrun_args(), *target, *args]
-    return TrainCommand(argv=argv, script=script, warnings=warnings, notes=tuple(notes))
+    return TrainCommand(argv=argv, script=script, warnings=warnings, notes=tuple(notes), args=effective)
 
 
 def build_validate_command(

@@ -8,6 +8,8 @@ catch what would otherwise cost a run:
   ``epochs: 1.5``, a value outside the argument's choices);
 * an ``opt`` name with an underscore before a SAM name (``sam_adamw``): timm's optimizer factory
   keeps only the text after the last underscore and builds plain AdamW;
+* an ``opt_kwargs`` key the optimizer timm's factory builds has no argument for (``opt: adamw`` with
+  ``opt_kwargs: {rho: 0.05}``: ``TypeError`` in train.py), read from the class's signature;
 * ``bce_loss: true`` with label smoothing 0 and no mixup / cutmix: train.py then builds softmax
   cross-entropy and ignores ``bce_loss`` (it builds its BCE loss only in the mixup and smoothing branches).
 
@@ -15,13 +17,15 @@ The same optimizer and loss rules apply to a whole command line (:mod:`timm_ext.
 """
 import argparse
 import difflib
+import inspect
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from timm_ext._timm_compat import parser_actions
 from timm_ext.optim.sam_settings import sam_opt_kwargs
 
-__all__ = ['actions_by_dest', 'check_recipe', 'is_sam_optimizer', 'kind_of', 'loss_problems', 'opt_name_problems']
+__all__ = ['actions_by_dest', 'check_recipe', 'is_sam_optimizer', 'kind_of', 'loss_problems', 'opt_kwargs_problems',
+           'opt_name_problems', 'optimizer_arguments']
 
 # the SAM family's own optimizer arguments (opt_kwargs), from its settings declarations
 _SAM_ONLY_KEYS = sam_opt_kwargs()
@@ -42,9 +46,10 @@ def is_sam_optimizer(opt: str) -> bool:
     return isinstance(opt_class, partial) and opt_class.func in (create_sam, create_gsam, create_looksam)
 
 
-def check_recipe(config: Dict[str, Any], parser: argparse.ArgumentParser) -> List[str]:
+def check_recipe(config: Dict[str, Any], parser: argparse.ArgumentParser, opt_kwargs: bool = True) -> List[str]:
     """Problems of a recipe against train.py's ``parser``: unknown keys, values of the wrong kind, a SAM name
-    that timm's factory would not build. Each problem is one line that says the fix."""
+    that timm's factory would not build, ``opt_kwargs`` its optimizer does not take (``opt_kwargs=False``: left to
+    the check of the whole command line, where ``--opt`` may replace the recipe's). One line each, with the fix."""
     actions = actions_by_dest(parser)
     problems = []
     for key, value in config.items():
@@ -61,6 +66,8 @@ def check_recipe(config: Dict[str, Any], parser: argparse.ArgumentParser) -> Lis
     opt = config.get('opt')
     if isinstance(opt, str):
         problems += opt_name_problems(opt)
+        if opt_kwargs and isinstance(config.get('opt_kwargs'), dict):
+            problems += opt_kwargs_problems(opt, config['opt_kwargs'])
     return problems + loss_problems(lambda k: config.get(k, actions[k].default if k in actions else None))
 
 
@@ -89,6 +96,67 @@ def opt_name_problems(opt: str) -> List[str]:
         f"{'_'.join(prefix + [rest[0]])!r} with opt_kwargs: {{base: {rest[-1]}}}")
     return [f'opt {opt!r} builds plain {rest[-1]} in timm\'s optimizer factory (it keeps only the text after the '
             f'last underscore), not SAM: write {fix}']
+
+
+def _signature_names(target: Any) -> Tuple[FrozenSet[str], bool]:
+    """The keyword names ``target`` takes (less ``params``), and whether it also takes ``**kwargs``."""
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return frozenset(), True  # no signature to read: take anything rather than refuse a valid key
+    names = frozenset(n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)) - {'params'}
+    return names, any(p.kind == p.VAR_KEYWORD for p in params.values())
+
+
+def optimizer_arguments(opt: str, opt_kwargs: Optional[Dict[str, Any]] = None) -> Optional[FrozenSet[str]]:
+    """Every ``opt_kwargs`` key timm's factory can build ``opt`` with: the class's own arguments (for the SAM
+    family: its settings and those of its base optimizer) and ``create_optimizer_v2``'s. None when timm does
+    not know ``opt`` or its class takes any keyword."""
+    from timm.optim import create_optimizer_v2, get_optimizer_info
+
+    import timm_ext.optim  # noqa: F401  (registers SAM with timm's factory)
+    from timm_ext.optim.sam_factory import create_gsam, create_looksam, create_sam
+
+    name = str(opt).lower().split('_')[-1]  # timm's factory reads the text after the last underscore
+    try:
+        opt_class = get_optimizer_info(name).opt_class
+    except (ValueError, KeyError):  # not a name timm knows: the factory says so itself
+        return None
+    target = opt_class.func if isinstance(opt_class, partial) else opt_class
+    names, any_keyword = _signature_names(target)
+    if target in (create_sam, create_gsam, create_looksam):  # its **kwargs go to the base optimizer
+        base = (opt_kwargs or {}).get('base') or opt_class.keywords.get('base')
+        base_names = optimizer_arguments(base) if isinstance(base, str) else None
+        if base_names is None:
+            return None
+        names, any_keyword = names | base_names, False
+    if any_keyword:
+        return None
+    factory, _ = _signature_names(create_optimizer_v2)
+    return names | (factory - {'model_or_params', 'opt'})
+
+
+def opt_kwargs_problems(opt: str, opt_kwargs: Dict[str, Any]) -> List[str]:
+    """``opt_kwargs`` keys that the optimizer timm's factory builds for ``opt`` has no argument for: train.py
+    would stop with ``TypeError: ... got an unexpected keyword argument`` after building the model."""
+    takes = optimizer_arguments(opt, opt_kwargs)
+    if takes is None:
+        return []
+    problems = []
+    for key in opt_kwargs:
+        if key in takes:
+            continue
+        line = (f'opt_kwargs key {key!r} is not an argument of the optimizer timm builds for opt {opt!r} (train.py '
+                f'would stop with TypeError)')
+        if key in _SAM_ONLY_KEYS and not is_sam_optimizer(opt):
+            name = str(opt).lower().split('_')[-1]
+            fix = f'sam{name}' if is_sam_optimizer(f'sam{name}') else 'sam with base: ' + name
+            problems.append(f'{line}: {key} is a SAM setting; for SAM write opt: {fix}, else drop {key}')
+            continue
+        close = difflib.get_close_matches(str(key), sorted(takes), n=1, cutoff=0.6)
+        problems.append(f'{line}: did you mean {close[0]!r}?' if close else
+                        f'{line}: it takes {", ".join(sorted(takes))}')
+    return problems
 
 
 def loss_problems(get: Callable[[str], Any]) -> List[str]:
