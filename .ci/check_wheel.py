@@ -18,9 +18,12 @@ SHIPPED = {'timm_ext': 'timm_ext', 'recipes': 'timm_ext/_recipes', 'patches': 't
 TESTED_PYTHONS = ('3.10', '3.11')
 
 
+MODULES = ('timm_ext_cli.py',)  # top-level modules beside the package
+
+
 def tracked_package_files() -> set:
     out = subprocess.run(['git', 'ls-files', *SHIPPED], cwd=REPO, check=True, capture_output=True, text=True)
-    files = set()
+    files = set(MODULES)
     for line in out.stdout.splitlines():
         top, _, rest = line.partition('/')
         files.add(f'{SHIPPED[top]}/{rest}')

@@ -15,3 +15,14 @@ def test_pit_b_cb_matches_the_paper_size():
     info = model_info('pit_b_cb')
     assert round(info.params / 1e6, 1) == 73.8  # CB paper, Table 11: PiT-B 73.8M
     assert 12.0 < info.gmacs < 12.8  # timm's pit_b_224: 12.4 GMACs
+
+
+def test_the_committed_models_table_is_the_measured_one():
+    """``timm-ext models`` answers from timm_ext/_data/models.tsv without torch: it must be what is measured now."""
+    from timm_ext.catalog import models_table_text
+    from timm_ext_cli import MODELS_TABLE, package_dir
+
+    committed = (package_dir() / MODELS_TABLE).read_text()
+    assert committed == models_table_text(), (
+        'timm_ext/_data/models.tsv is stale: python -c "from timm_ext.catalog import write_models_table; '
+        'write_models_table()"')

@@ -9,6 +9,7 @@ fvcore and the papers' tables.
 """
 import fnmatch
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import timm
@@ -19,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import timm_ext  # noqa: F401  (registers the models)
 from timm_ext.papers import PAPERS, Paper
 
-__all__ = ['FAMILIES', 'ModelInfo', 'list_timm_ext_models', 'model_info']
+__all__ = ['FAMILIES', 'ModelInfo', 'list_timm_ext_models', 'model_info', 'models_table_text', 'write_models_table']
 
 
 @dataclass(frozen=True)
@@ -112,3 +113,27 @@ def model_info(name: str) -> ModelInfo:
         cite=family.cite,
         arxiv=family.arxiv,
     )
+
+
+def models_table_text() -> str:
+    """``timm_ext/_data/models.tsv`` as measured now: every model's :class:`ModelInfo`, one row each. The
+    command line reads the file (``timm-ext models`` answers without torch); ``tests/test_catalog.py`` checks
+    that it is this text."""
+    from timm_ext_cli import MODEL_FIELDS
+
+    lines = ['\t'.join(MODEL_FIELDS)]
+    for name in list_timm_ext_models():
+        info = model_info(name).as_dict()
+        info['input_size'] = 'x'.join(map(str, info['input_size']))
+        info['gmacs'] = repr(info['gmacs'])
+        lines.append('\t'.join(str(info[field]) for field in MODEL_FIELDS))
+    return '\n'.join(lines) + '\n'
+
+
+def write_models_table() -> Path:
+    """Write :func:`models_table_text` to ``timm_ext/_data/models.tsv`` (after adding or changing a model)."""
+    from timm_ext_cli import MODELS_TABLE, package_dir
+
+    path = package_dir() / MODELS_TABLE
+    path.write_text(models_table_text())
+    return path

@@ -17,21 +17,15 @@ import sys
 from typing import List, Optional
 
 from timm_ext.cli._errors import CliError
+from timm_ext_cli import COMMANDS, top_level_parser
 
 __all__ = ['CliError', 'build_parser', 'main']
 
-SUBCOMMANDS = ('train', 'validate', 'recipes', 'models', 'convert', 'patch', 'demo', 'export', 'push', 'analyze',
-               'doctor')
+SUBCOMMANDS = tuple(COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from timm_ext.version import __version__
-
-    parser = argparse.ArgumentParser(
-        prog='timm-ext',
-        description='timm-ext: Context Broadcasting, Scaled-ReLU conv stems, AlterNet and SAM for timm.',
-    )
-    parser.add_argument('--version', action='version', version=f'timm-ext {__version__}')
+    parser = top_level_parser()  # the description, --version and the subcommands' help: timm_ext_cli
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND')
     subparsers.required = True
     for name in SUBCOMMANDS:

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 from timm_ext.cli._errors import CliError
 from timm_ext.launch import commands
-from timm_ext.launch.find import TimmScript
+from timm_ext.launch.find import LATER_RELEASE, TimmScript, first_time_in_cache
 
 
 def resolve_script(name: str, path: Optional[str], allow_unverified: bool) -> TimmScript:
@@ -17,7 +17,8 @@ def resolve_script(name: str, path: Optional[str], allow_unverified: bool) -> Ti
     except commands.TrainConfigError as e:
         raise CliError(str(e)) from None
     for note in script.notes:
-        print(f'timm-ext: note: {note}', file=sys.stderr)
+        if not note.endswith(LATER_RELEASE) or first_time_in_cache(note):
+            print(f'timm-ext: note: {note}', file=sys.stderr)
     return script
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from timm_ext.cli._errors import CliError
+from timm_ext_cli import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -14,7 +15,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     metrics = '\n'.join(f'  {name:12s} {text}' for name, text in METRICS.items())
     parser = subparsers.add_parser(
-        'analyze', help='measure attention entropy, Hessian spectra, loss landscapes, ... of a model',
+        'analyze', help=COMMANDS['analyze'],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description='Measure one diagnostic of the CB, scaled-ReLU, how-do-vits-work and SAM papers on a timm or '
                     'timm-ext model, and write METRIC.json, METRIC.csv and METRIC.png to --out.\n\nmetrics:\n'

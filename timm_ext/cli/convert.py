@@ -7,11 +7,12 @@ from typing import Any, Dict, List
 from timm.utils import ParseKwargs
 
 from timm_ext.cli._errors import CliError
+from timm_ext_cli import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        'convert', help='convert an official AlterNet checkpoint to timm-ext\'s layout (safetensors)',
+        'convert', help=COMMANDS['convert'],
         description='Convert a checkpoint of the official AlterNet code (xxxnell/how-do-vits-work: a state_dict or '
                     'its {"state_dict": ...} snapshot) to the state_dict of a timm-ext model, checked key by key '
                     'and shape by shape, and write it as safetensors. The checkpoint is read with '

@@ -4,13 +4,14 @@ import sys
 from typing import List
 
 from timm_ext.cli._errors import CliError
+from timm_ext_cli import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from timm_ext import demo
 
     parser = subparsers.add_parser(
-        'demo', help='train a plain ViT against the ViT with conv stem + CB + SAM on real digits through train.py',
+        'demo', help=COMMANDS['demo'],
         description='The whole pipeline on real images, in minutes on a laptop CPU: scikit-learn\'s 1,797 '
                     'handwritten digits are written once as an ImageFolder, then timm\'s own train.py trains '
                     'timm\'s plain ViT with AdamW and the same ViT with timm-ext\'s conv stem, Context Broadcasting '

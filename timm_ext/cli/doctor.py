@@ -4,10 +4,12 @@ import json
 import sys
 from typing import List
 
+from timm_ext_cli import COMMANDS
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        'doctor', help='versions, devices and timm\'s scripts, for a bug report; exit 1 when training cannot start',
+        'doctor', help=COMMANDS['doctor'],
         description='Print what a bug report needs: the versions of python, torch, torchvision, timm, timm-ext, '
                     'safetensors and huggingface-hub, whether torch and torchvision match (one torchvision op is '
                     'run), the devices, which timm train.py and validate.py would be used and whether their sha256 '

@@ -5,11 +5,12 @@ from typing import Any, Dict, List
 from timm.utils import ParseKwargs
 
 from timm_ext.cli._errors import CliError
+from timm_ext_cli import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        'export', help='write a train.py checkpoint as a Hugging Face Hub folder (safetensors + config + card)',
+        'export', help=COMMANDS['export'],
         description='Write the weights of a train.py checkpoint (last.pth.tar, model_best.pth.tar; read with '
                     'torch.load(weights_only=True)) or of a safetensors file as a folder that '
                     'timm.create_model("hf-hub:ORG/NAME") and "local-dir:DIR" load: model.safetensors, config.json '

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import List
 
 from timm_ext.cli._errors import CliError
+from timm_ext_cli import COMMANDS
 
 DEFAULT_NAME = 'train_timm_ext.py'
 
@@ -11,7 +12,7 @@ DEFAULT_NAME = 'train_timm_ext.py'
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         'patch',
-        help='patch timm train.py v1.0.15 ... v1.0.22 so that SAM runs in it',
+        help=COMMANDS['patch'],
         description='Write a patched copy of timm\'s train.py (v1.0.15 ... v1.0.22, the versions before '
                     'the task API) in which SAM optimizers run their second forward-backward pass. The '
                     'script is recognised by its sha256; an unknown file is refused; the input is never '

@@ -3,11 +3,12 @@ import argparse
 from typing import List
 
 from timm_ext.cli._errors import CliError
+from timm_ext_cli import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        'push', help='upload a folder made by `timm-ext export` to the Hugging Face Hub',
+        'push', help=COMMANDS['push'],
         description='Check the folder (it must load: config.json, model.safetensors only, shapes), create the model '
                     'repo if needed and upload the folder with huggingface_hub. The token is huggingface_hub\'s '
                     '(HF_TOKEN or `hf auth login`).')

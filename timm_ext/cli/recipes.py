@@ -1,9 +1,8 @@
 """``timm-ext recipes list | show NAME | check [RECIPE ...] | index``: the packaged train.py recipes."""
 import argparse
-import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional
 
 from timm_ext.cli._errors import CliError
 from timm_ext.cli._scripts import resolve_script
@@ -18,7 +17,6 @@ from timm_ext.recipes import (
     find_recipe,
     format_index,
     format_index_markdown,
-    format_recipe_table,
     list_recipes,
     load_paper_values,
     load_recipe,
@@ -26,11 +24,12 @@ from timm_ext.recipes import (
     readme_with_index,
     recipes_dir,
 )
+from timm_ext_cli import COMMANDS, print_recipe_list
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        'recipes', help='list, show and check train.py recipes',
+        'recipes', help=COMMANDS['recipes'],
         description='The train.py recipes that ship with timm-ext (`timm-ext train -c NAME` runs one).')
     actions = parser.add_subparsers(dest='action', metavar='ACTION')
     actions.required = True
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
             if args.names:
                 print('\n'.join(list_recipes()))
             else:
-                _print_table(_listing(), wide=args.wide)
+                print_recipe_list(wide=args.wide)
             return 0
         if args.action == 'show':
             path = find_recipe(args.name)
@@ -95,21 +94,6 @@ def _write_index(path: Path) -> Path:
     if text is not None:
         readme.write_text(text)
     return path
-
-
-def _listing() -> List[Dict[str, str]]:
-    """The index rows (names without .yaml) and, with blank columns, the recipes no paper row covers."""
-    index = {row['recipe'][:-len('.yaml')]: row for row in build_index()}
-    return [dict(index.get(name, {}), recipe=name) for name in list_recipes()]
-
-
-def _print_table(rows: Sequence[Dict[str, str]], wide: bool) -> None:
-    """The full table, or on a terminal (without --wide) the table fitted to its width."""
-    width = None if wide or not sys.stdout.isatty() else shutil.get_terminal_size().columns
-    table = format_recipe_table(rows, width)
-    print(table)
-    if width is not None and table != format_recipe_table(rows):
-        print(f'(fitted to {width} columns: `timm-ext recipes list --wide` shows every column whole)', file=sys.stderr)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from timm_ext.cli._scripts import resolve_script, run_child
 from timm_ext.launch.commands import TrainCommand, TrainConfigError, build_train_command
 from timm_ext.launch.distributed import DEFAULT_PORT, DEFAULT_RDZV_BACKEND, LaunchError, resolve_launch
 from timm_ext.launch.resume import resume_command, run_folder
+from timm_ext_cli import COMMANDS
 
 PASSTHROUGH = True
 
@@ -17,7 +18,7 @@ PASSTHROUGH = True
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         'train', allow_abbrev=False,
-        help='run timm\'s train.py (of the installed timm) with timm-ext loaded',
+        help=COMMANDS['train'],
         description='Run timm\'s own train.py for the installed timm version with timm-ext loaded '
                     '(--device-modules timm_ext is added when absent). Every argument not listed here goes to '
                     'train.py unchanged; `timm-ext train --train-help` shows them.',

@@ -8,6 +8,7 @@ from timm_ext.cli._scripts import resolve_script, run_child
 from timm_ext.launch.commands import TrainConfigError, build_validate_command
 from timm_ext.launch.find import ScriptError, load_script_parser
 from timm_ext.launch.from_run import RunError, validate_command_from_run
+from timm_ext_cli import COMMANDS
 
 PASSTHROUGH = True
 
@@ -15,7 +16,7 @@ PASSTHROUGH = True
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         'validate', allow_abbrev=False,
-        help='run timm\'s validate.py (of the installed timm) with timm-ext imported first',
+        help=COMMANDS['validate'],
         description='Run timm\'s own validate.py, found and verified like train.py\'s, with timm-ext imported '
                     'before it starts (validate.py has no --device-modules), so timm-ext models and checkpoints '
                     'written by `timm-ext train` validate. A --checkpoint of a train.py run (or the run\'s folder) '

@@ -85,6 +85,26 @@ class ScriptLocation:
     notes: Tuple[str, ...] = field(default=())
 
 
+# ends the notes that a release's script serves the installed, later timm: a fact of this installation,
+# shown once per cache (:func:`first_time_in_cache`), not on every command
+LATER_RELEASE = '(a release\'s script runs on later timm releases)'
+
+
+def first_time_in_cache(note: str) -> bool:
+    """True the first time this cache sees ``note`` (then recorded in ``notes-shown.txt`` there), and always when
+    the cache cannot be written (the note is then shown each time rather than lost)."""
+    record = cache_root() / 'notes-shown.txt'
+    try:
+        if record.is_file() and note in record.read_text(encoding='utf-8').splitlines():
+            return False
+        record.parent.mkdir(parents=True, exist_ok=True)
+        with record.open('a', encoding='utf-8') as f:
+            f.write(note + '\n')
+    except OSError:
+        return True
+    return True
+
+
 def cache_root() -> Path:
     """Where downloaded and patched scripts live: ``$TIMM_EXT_CACHE/timm-train`` (``~/.cache/timm-ext/timm-train``)."""
     return Path(os.environ.get(ENV_CACHE, Path.home() / '.cache' / 'timm-ext')).expanduser() / 'timm-train'
@@ -235,7 +255,7 @@ def _verified(path: Path, name: str, source: str, version: Version, allow_unveri
         return TimmScript(tag=exact, **found)
     older = [t for t in tags if Version(t[1:]) <= version]
     if older:
-        note = f'using {name} of {older[-1]} with timm {version} (a release\'s script runs on later timm releases)'
+        note = f'using {name} of {older[-1]} with timm {version} {LATER_RELEASE}'
         return TimmScript(tag=older[-1], notes=(note,), **found)
     what = (f'this is {name} of {_span(tags)}, but timm {version} is installed; it needs timm >= {tags[0][1:]}: '
             f'upgrade timm or give the {name} of v{version.public}')
@@ -259,7 +279,7 @@ def _wanted_tag(version: Version, allow_unverified: bool) -> Tuple[str, Tuple[st
             f'timm {version} is older than every timm release whose scripts timm-ext knows ({_known_range()}; '
             f'{next(iter(table))} is the first with --device-modules): upgrade timm')
     return older[-1], (f'timm-ext has no sha256 for timm {version}\'s scripts (it knows {_known_range()}): '
-                       f'using those of {older[-1]}, which run on later timm releases',)
+                       f'using those of {older[-1]} {LATER_RELEASE}',)
 
 
 def _downloaded(location: ScriptLocation, version: Version, allow_unverified: bool) -> TimmScript:

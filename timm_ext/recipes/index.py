@@ -10,6 +10,9 @@ from typing import Dict, List, Optional, Sequence
 from timm_ext.recipes.lookup import SUFFIX
 from timm_ext.recipes.paper_values import PaperRow, load_paper_values
 
+# `timm-ext recipes list`'s table is formatted beside the package, where the command line reads it without torch
+from timm_ext_cli import LIST_COLUMNS, format_recipe_table
+
 __all__ = [
     'INDEX_COLUMNS', 'INDEX_MARKERS', 'LIST_COLUMNS', 'build_index', 'format_index', 'format_index_markdown',
     'format_recipe_table', 'readme_with_index',
@@ -46,46 +49,6 @@ def format_index_markdown(index: Sequence[Dict[str, str]]) -> str:
                  f'`{r["model"]}`', r['global_batch'], r['expected_top1'] or '(figure)']
         lines.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
     return '\n'.join(lines) + '\n'
-
-
-# `timm-ext recipes list`: (index column, title)
-LIST_COLUMNS = (('recipe', 'recipe'), ('table', 'table'), ('row', 'row'), ('model', 'model'),
-                ('global_batch', 'batch'), ('expected_top1', 'top1'))
-# how the list narrows to a width, least needed first: (column, narrowest useful width, dropped below it);
-# the recipe name (what `timm-ext train -c` takes) narrows last, batch and top-1 never
-_LIST_FIT = (('row', 16, True), ('table', 8, True), ('model', 16, False), ('recipe', 24, False))
-_ELIDED_IN_MIDDLE = ('recipe', 'model')  # their ends differ (variant, dataset, pretrained tag)
-
-
-def format_recipe_table(rows: Sequence[Dict[str, str]], width: Optional[int] = None) -> str:
-    """The aligned ``LIST_COLUMNS`` of ``rows`` (index rows; blank cells for recipes no paper row covers).
-
-    With ``width`` (a terminal's), lines are at most that wide as long as it is at least 55: the paper's
-    row text, then its table, then the model and the recipe name are shortened with ``...``; the row and
-    table columns are left out when less than 16 / 8 characters of them would fit.
-    """
-    cells = [[title for _, title in LIST_COLUMNS]] + [[row.get(key, '') for key, _ in LIST_COLUMNS] for row in rows]
-    widths = {key: max(len(line[i]) for line in cells) for i, (key, _) in enumerate(LIST_COLUMNS)}
-    for key, narrowest, droppable in _LIST_FIT if width is not None else ():
-        excess = sum(widths.values()) + 2 * (len(widths) - 1) - width
-        if excess <= 0:
-            break
-        if widths[key] - excess >= narrowest or not droppable:
-            widths[key] = max(widths[key] - excess, min(narrowest, widths[key]))
-        else:
-            del widths[key]
-    shown = [(i, key) for i, (key, _) in enumerate(LIST_COLUMNS) if key in widths]
-    return '\n'.join('  '.join(_shorten(line[i], widths[key], key in _ELIDED_IN_MIDDLE).ljust(widths[key])
-                               for i, key in shown).rstrip() for line in cells)
-
-
-def _shorten(text: str, width: int, middle: bool) -> str:
-    if len(text) <= width:
-        return text
-    if not middle:
-        return text[:width - 3] + '...'
-    head = (width - 3 + 1) // 2
-    return text[:head] + '...' + text[len(text) - (width - 3 - head):]
 
 
 def readme_with_index(text: str, index: Sequence[Dict[str, str]]) -> Optional[str]:

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Union
 import yaml
 
 from timm_ext._resources import packaged_dir
+from timm_ext_cli import recipe_names
 
 __all__ = ['RecipeError', 'close_recipe_names', 'find_recipe', 'list_recipes', 'load_recipe', 'recipes_dir']
 
@@ -31,8 +32,7 @@ def recipes_dir() -> Path:
 
 def list_recipes() -> List[str]:
     """Names of every packaged recipe, sorted (``examples/sam_minimal``, ...)."""
-    root = recipes_dir()
-    return sorted(p.relative_to(root).with_suffix('').as_posix() for p in root.rglob(f'*{SUFFIX}'))
+    return recipe_names()
 
 
 def close_recipe_names(name: str, names: List[str], n: int = 3) -> List[str]:
