@@ -157,9 +157,9 @@ def _shorten(text: str, width: int, middle: bool) -> str:
     return text[:head] + '...' + text[len(text) - (width - 3 - head):]
 
 
-def recipe_names() -> List[str]:
-    """Names of every packaged recipe, sorted (``examples/sam_minimal``, ...)."""
-    root = packaged_dir('recipes')
+def recipe_names(root: Optional[Path] = None) -> List[str]:
+    """Names of every recipe under ``root`` (default: the packaged ones), sorted (``examples/sam_minimal``, ...)."""
+    root = packaged_dir('recipes') if root is None else root
     return sorted(p.relative_to(root).with_suffix('').as_posix() for p in root.rglob('*.yaml'))
 
 

@@ -17,6 +17,7 @@ def test_pit_b_cb_matches_the_paper_size():
     assert 12.0 < info.gmacs < 12.8  # timm's pit_b_224: 12.4 GMACs
 
 
+@pytest.mark.slow
 def test_the_committed_models_table_is_the_measured_one():
     """``timm-ext models`` answers from timm_ext/_data/models.tsv without torch: it must be what is measured now."""
     from timm_ext.catalog import models_table_text

@@ -120,7 +120,8 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
 def test_pyproject_ships_the_cli_and_every_package():
     tomllib = pytest.importorskip('tomllib')
     config = tomllib.loads((REPO / 'pyproject.toml').read_text())
-    assert config['project']['scripts'] == {'timm-ext': 'timm_ext.cli:main'}
+    assert config['project']['scripts'] == {'timm-ext': 'timm_ext_cli:main'}
+    assert config['tool']['setuptools']['py-modules'] == ['timm_ext_cli'] and (REPO / 'timm_ext_cli.py').is_file()
     setup = config['tool']['setuptools']
     dirs = {'timm_ext': REPO / 'timm_ext'}
     dirs.update({name: REPO / folder for name, folder in setup['package-dir'].items()})
@@ -226,8 +227,8 @@ def test_train_py_hash_mismatch(capsys, tmp_path):
 def test_validate_command_imports_timm_ext_first(capsys, timm_scripts, tmp_path, data, module_mine):
     checkpoint = tmp_path / 'model.pth.tar'
     checkpoint.write_bytes(b'')
-    code, out, _ = cli(capsys, 'validate', '--dry-run', '--import', 'mine', '--checkpoint', checkpoint,
-                       '--device', 'cpu', '--data-dir', data)
+    code, out, _ = cli(capsys, 'validate', '--dry-run', '--no-run-args', '--import', 'mine', '--checkpoint',
+                       checkpoint, '--device', 'cpu', '--data-dir', data)
     assert code == 0 and shlex.split(out) == [
         sys.executable, '-m', 'timm_ext.cli._child', 'timm_ext,mine', str(VALIDATE_PY),
         '--checkpoint', str(checkpoint), '--device', 'cpu', '--data-dir', str(data)]

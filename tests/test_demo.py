@@ -153,9 +153,9 @@ def test_schedule_is_longest_first_and_stable():
 @pytest.mark.parametrize('runs, cores, jobs, expected', [
     (2, 2, None, (2, 1)),   # the quick demo on 2 cores: both runs at once, one thread each
     (5, 2, None, (2, 1)),   # the full demo on 2 cores
-    (2, 8, None, (2, 4)),   # more cores than runs: the cores are shared out as threads
+    (2, 8, None, (2, 1)),   # more cores than runs: still one thread (the top-1 must not depend on the cores)
     (5, 8, None, (5, 1)),
-    (5, 2, 1, (1, 2)),      # --jobs 1: one run at a time with every core
+    (5, 2, 1, (1, 1)),      # --jobs 1: one run at a time, one thread (the same top-1 as --jobs 2)
     (2, 2, 9, (2, 1)),      # never more processes than runs
 ])
 def test_parallelism_fits_the_cores(runs, cores, jobs, expected):

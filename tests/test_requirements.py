@@ -55,6 +55,7 @@ def test_versions_in_range_say_nothing(monkeypatch, recwarn):
     assert not [w for w in recwarn if issubclass(w.category, TimmExtVersionWarning)]
 
 
+@pytest.mark.slow
 def test_import_under_timm_1_0_22_prints_the_line():
     if _requirements.declared_requirements().get('timm') is None:
         pytest.skip('timm-ext is not installed (no package metadata): its requirements are unknown')

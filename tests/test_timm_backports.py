@@ -64,6 +64,7 @@ else:
 '''
 
 
+@pytest.mark.slow
 def test_create_loader_without_workers_under_timm_1_0_28():
     python = venv_python('1.0.28')
     bare = _run(python, LOADER, 'bare')
@@ -128,6 +129,7 @@ else:
 '''
 
 
+@pytest.mark.slow
 def test_local_dir_safetensors_under_timm_1_0_23(tmp_path):
     from timm.models import save_for_hf
     model = timm.create_model('test_vit', num_classes=3)

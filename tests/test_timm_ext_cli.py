@@ -63,6 +63,7 @@ def test_everything_else_goes_to_the_full_command_line(capsys):
     assert "'timm_ext'" in proc.stderr.splitlines()[-1]  # it needed the package
 
 
+@pytest.mark.slow
 def test_the_later_release_note_once_per_cache(capsys, monkeypatch, tmp_path):
     from conftest import require_timm_script
 

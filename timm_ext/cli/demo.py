@@ -27,8 +27,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              f'the one-piece-off ablation: about 30 s on 2 CPU cores')
     parser.add_argument('--rho', type=float, default=demo.DEMO_RHO, help=f'SAM radius (default {demo.DEMO_RHO})')
     parser.add_argument('--jobs', type=int, default=None, metavar='N',
-                        help='train.py runs at a time (default: one per CPU core, at most one per run); the cores '
-                             'are shared out as torch threads')
+                        help='train.py runs at a time (default: one per CPU core, at most one per run); each has '
+                             'one torch thread, so the top-1 does not depend on N')
     parser.add_argument('--timm-train', metavar='PATH', default=None,
                         help='timm\'s train.py (or its folder) to use instead of the one found for the installed timm')
     parser.add_argument('--data-root', metavar='DIR', default=None,

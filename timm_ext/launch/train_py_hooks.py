@@ -9,7 +9,7 @@
   ``--resume`` loads the optimizer (before the next epoch draws anything). With ``--workers 0`` the resumed run
   then gives the uninterrupted run's weights bit for bit (``tests/test_launch_train_py_hooks.py``). Data-loader
   worker processes keep random states of their own that train.py cannot reach, so with ``--workers N`` the
-  augmentations of a resumed run still differ (docs/cli.md, "Resume").
+  augmentations of a resumed run still differ (docs/cli.md, "Interrupting and resuming").
 * **summary.csv is continued.** train.py asks for a header row at the first epoch of every process
   (``write_header=best_metric is None``), so a resumed run wrote a second header into the run's summary.csv;
   a file that already starts with the same header gets none.

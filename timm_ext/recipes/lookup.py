@@ -32,7 +32,7 @@ def recipes_dir() -> Path:
 
 def list_recipes() -> List[str]:
     """Names of every packaged recipe, sorted (``examples/sam_minimal``, ...)."""
-    return recipe_names()
+    return recipe_names(recipes_dir())
 
 
 def close_recipe_names(name: str, names: List[str], n: int = 3) -> List[str]:
