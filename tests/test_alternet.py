@@ -293,6 +293,7 @@ def test_group_matcher_and_no_weight_decay(tiny):
     assert nwd == {n for n in params if n.endswith('relative_position_bias_table')} and len(nwd) == 3
 
 
+@pytest.mark.slow
 def test_torch_compile_forward(tiny):
     """fullgraph=True: no graph break; dynamic=False: a new input size recompiles (padded path) quickly."""
     compiled = torch.compile(tiny, backend='aot_eager', fullgraph=True, dynamic=False)

@@ -108,6 +108,7 @@ def test_python_dash_m_timm_ext():
     assert proc.returncode == 0 and proc.stdout.startswith('usage: train.py'), proc.stderr
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_early_gets_no_traceback():
     """``timm-ext recipes list | head -1``: the closed pipe ends the command quietly, as it does ``cat``."""
     proc = subprocess.Popen([sys.executable, '-m', 'timm_ext', 'recipes', 'list'], stdout=subprocess.PIPE,

@@ -2,9 +2,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import timm
 
 
+@pytest.mark.slow
 def test_import_registers_models_without_building_anything():
     """``import timm_ext`` only defines and registers: no module is constructed, nothing is fetched."""
     code = textwrap.dedent("""

@@ -336,6 +336,7 @@ def test_recipes_list_fits_a_100_column_terminal(capsys, monkeypatch):
 
 
 @pytest.mark.skipif(sys.platform == 'win32', reason='needs a pseudo-terminal')
+@pytest.mark.slow
 def test_recipes_list_in_a_real_terminal(tmp_path):
     """A pseudo-terminal 100 columns wide (no COLUMNS variable): the command reads its width from the terminal."""
     import fcntl

@@ -156,6 +156,7 @@ def test_unchanged_verdict_branches():
     assert report.unchanged_verdict(wide, 0.02) == ('inconclusive', 0)
 
 
+@pytest.mark.slow
 def test_report_from_cached_runs(tmp_path):
     pytest.importorskip('matplotlib')
     runs = _fake_runs(tmp_path / 'runs')

@@ -114,6 +114,7 @@ def test_recorder_lifecycle():
     assert not _call_is_held(ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False))  # closed is final
 
 
+@pytest.mark.slow
 def test_closure_or_explicit_use_closes_the_recorder():
     assert _no_sam_alive()
     model = _model()

@@ -55,6 +55,7 @@ def test_models_from_the_table():
         "timm-ext models: error: no timm-ext model matches 'no_such_*'; `timm-ext models` lists all 41")
 
 
+@pytest.mark.slow
 def test_everything_else_goes_to_the_full_command_line(capsys):
     code, _, err = run_cli(capsys, 'models', '--no-such-flag')  # argparse's own error, from timm_ext.cli
     assert code == 2 and 'unrecognized arguments' in err
