@@ -14,10 +14,9 @@ recipe through ``set_defaults``, then ``parse_args``), so what is checked is wha
 Arguments the script itself would reject are left to it (it prints its own usage error).
 """
 import argparse
-import inspect
 import os
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from timm_ext.launch.preflight import script_args, split_folder
 from timm_ext.recipes.checks import (
@@ -26,6 +25,7 @@ from timm_ext.recipes.checks import (
     loss_problems,
     opt_kwargs_problems,
     opt_name_problems,
+    optimizer_arguments,
 )
 
 __all__ = ['check_train_args', 'check_validate_args', 'output_problems', 'train_args_problems',
@@ -109,21 +109,8 @@ def _opt_kwargs_twice(args: argparse.Namespace) -> List[str]:
 
 def _leftover_sam_kwargs(opt: str, opt_kwargs: Dict[str, Any]) -> List[str]:
     """The SAM-family settings in ``opt_kwargs`` that the plain optimizer ``opt`` has no argument for."""
-    takes = _optimizer_arguments(opt)
+    takes = optimizer_arguments(opt) or frozenset()
     return [k for k in _SAM_ONLY_KEYS if k in opt_kwargs and k not in takes]
-
-
-def _optimizer_arguments(opt: str) -> FrozenSet[str]:
-    """The arguments of the class timm's factory builds for ``opt`` (none when timm does not know the name)."""
-    from timm.optim import get_optimizer_class, list_optimizers
-
-    name = str(opt).lower().split('_')[-1]  # timm's factory reads the text after the last underscore
-    if name not in list_optimizers():
-        return frozenset()
-    try:
-        return frozenset(inspect.signature(get_optimizer_class(name, bind_defaults=False)).parameters)
-    except (TypeError, ValueError):  # no signature to read: every SAM setting counts as left over
-        return frozenset()
 
 
 def check_validate_args(
