@@ -477,3 +477,26 @@ def test_paper_values_of_an_unknown_paper(tmp_path):
     with pytest.raises(RecipeError, match=r"mypaper.yaml: paper 'mypaper' is not in timm_ext.papers.PAPERS "
                                           r"\(how-do-vits-work, vit-sam, "):
         load_paper_values(tmp_path)
+
+
+def _every_optimizer():
+    import timm.optim
+
+    import timm_ext  # noqa: F401  (the SAM family too)
+    return timm.optim.list_optimizers()
+
+
+@pytest.mark.parametrize('opt', _every_optimizer())
+def test_opt_kwargs_check_covers_every_optimizer_of_timms_factory(opt):
+    """Each optimizer's own arguments pass; a key none of them has is one line (or, for a class that takes any
+    keyword, nothing: there is nothing to check against)."""
+    from timm_ext.recipes.checks import opt_kwargs_problems, optimizer_arguments
+
+    takes = optimizer_arguments(opt)
+    problems = opt_kwargs_problems(opt, {'no_such_argument': 1})
+    if takes is None:
+        assert problems == []
+        return
+    assert opt_kwargs_problems(opt, {name: None for name in takes}) == []
+    assert len(problems) == 1 and problems[0].startswith(
+        f"opt_kwargs key 'no_such_argument' is not an argument of the optimizer timm builds for opt {opt!r}")
