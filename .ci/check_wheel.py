@@ -1,9 +1,9 @@
 """Check the built sdist and wheel as an index would show them: ``python .ci/check_wheel.py DIST_DIR``.
 
-The wheel must carry every file of the package that git tracks (recipes/ ships as timm_ext/_recipes,
-patches/ as timm_ext/_patches), the license, and the metadata an index page shows: the SPDX license, the
-Python range with a classifier per tested version, https project URLs, the README as markdown. One line per
-problem, exit 1 when there is any.
+The wheel must carry every file that git tracks of the package and of the entry point's timm_ext_cli/ beside it
+(recipes/ ships as timm_ext/_recipes, patches/ as timm_ext/_patches), the license, and the metadata an index
+page shows: the SPDX license, the Python range with a classifier per tested version, https project URLs, the
+README as markdown. One line per problem, exit 1 when there is any.
 """
 import email
 import subprocess
@@ -14,16 +14,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # repository folder -> where its files lie in the wheel (pyproject.toml's package-dir)
-SHIPPED = {'timm_ext': 'timm_ext', 'recipes': 'timm_ext/_recipes', 'patches': 'timm_ext/_patches'}
+SHIPPED = {'timm_ext': 'timm_ext', 'timm_ext_cli': 'timm_ext_cli', 'recipes': 'timm_ext/_recipes',
+           'patches': 'timm_ext/_patches'}
 TESTED_PYTHONS = ('3.10', '3.11')
-
-
-MODULES = ('timm_ext_cli.py',)  # top-level modules beside the package
 
 
 def tracked_package_files() -> set:
     out = subprocess.run(['git', 'ls-files', *SHIPPED], cwd=REPO, check=True, capture_output=True, text=True)
-    files = set(MODULES)
+    files = set()
     for line in out.stdout.splitlines():
         top, _, rest = line.partition('/')
         files.add(f'{SHIPPED[top]}/{rest}')

@@ -9,7 +9,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
-from _timing import sync
+from timing import sync
 
 Step = Callable[[], None]
 

@@ -31,18 +31,14 @@ Without ``--official``: train steps (with AdamW) of AlterNet next to its baselin
     python benchmarks/bench_alternet.py [--cifar-batch 32] [--imagenet-batch 4] [--reps 5] [--device cpu]
 """
 import argparse
-import importlib
-import sys
-import types
-from functools import partial
 from pathlib import Path
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict
 
 import timm
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from _timing import cpu_name, interleaved_median_seconds, train_step
+from official_alternet import check_same_outputs, official_model, randomize_norms
+from timing import device_name, forward_backward, interleaved_median_seconds, train_step
 
 import timm_ext  # noqa: F401
 from timm_ext.layers.small_map_conv import set_small_map_autotune, small_map_autotune_enabled
@@ -54,69 +50,9 @@ PAIRS = [  # (model, baseline, image size, batch-size argument)
 ]
 
 
-def device_name(device: torch.device) -> str:
-    """The GPU's name, or the CPU's model name as lscpu gives it (from /proc/cpuinfo on Linux)."""
-    if device.type == 'cuda':
-        return torch.cuda.get_device_name(device)
-    return cpu_name()
-
-
 def _machine_line(device: torch.device) -> str:
     return (f'machine: {device_name(device)} ({device}), torch {torch.__version__}, timm {timm.__version__}, '
             f'small-map routes: {"timed per shape" if small_map_autotune_enabled() else "fixed rule"}')
-
-
-def _import_official(path: Path) -> Tuple[types.ModuleType, types.ModuleType]:
-    """models.alternet and models.preresnet_dnn_block of the official checkout, without running its
-    models/__init__.py (that one imports the whole zoo, requests and tqdm)."""
-    if not (path / 'models' / 'alternet.py').is_file():
-        raise SystemExit(f'--official {path}: no models/alternet.py there (expected a how-do-vits-work checkout)')
-    package = types.ModuleType('models')
-    package.__path__ = [str(path / 'models')]
-    sys.modules['models'] = package
-    sys.path.insert(0, str(path))
-    return importlib.import_module('models.alternet'), importlib.import_module('models.preresnet_dnn_block')
-
-
-def _official_model(path: Path, imagenet: bool) -> nn.Module:
-    alternet, preresnet = _import_official(path)
-    if imagenet:
-        return alternet.dnn_50(num_classes=1000, stem=True, window_size=7)
-    return alternet.AlterNet(  # dnn_50 with the paper's CIFAR MSA layout (Fig. 11)
-        preresnet.Bottleneck, alternet.AttentionBlockB, stem=partial(alternet.StemB, pool=False),
-        num_blocks=(3, 4, 6, 4), num_blocks2=(0, 1, 1, 2), heads=(3, 6, 12, 24), num_classes=100, window_size=4)
-
-
-def _randomize_norms(model: nn.Module, seed: int = 0) -> None:
-    """Non-trivial BatchNorm statistics and affines, so that the output check means something."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.copy_(0.1 * torch.randn(m.num_features, generator=gen))
-                m.running_var.copy_(0.5 + torch.rand(m.num_features, generator=gen))
-                m.weight.copy_(1 + 0.1 * torch.randn(m.num_features, generator=gen))
-                m.bias.copy_(0.1 * torch.randn(m.num_features, generator=gen))
-
-
-def _check_same_outputs(official: nn.Module, ours: nn.Module, x: torch.Tensor) -> float:
-    """Max |difference| of the logits, eval and train mode (BatchNorm on batch statistics); raises if not close."""
-    worst = 0.
-    for training in (False, True):
-        official.train(training)
-        ours.train(training)
-        with torch.no_grad():
-            a, b = official(x), ours(x)
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
-        worst = max(worst, (a - b).abs().max().item())
-    return worst
-
-
-def _forward_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-    return step
 
 
 def _inference(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
@@ -132,7 +68,7 @@ def _time_pair(official: nn.Module, ours: nn.Module, x, y, device, args) -> Dict
     for mode in ('train', 'inference'):
         for m in (official, ours):
             m.train(mode == 'train')
-        fn = (lambda m: _forward_backward(m, x, y)) if mode == 'train' else (lambda m: _inference(m, x))
+        fn = (lambda m: forward_backward(m, x, y)) if mode == 'train' else (lambda m: _inference(m, x))
         t = interleaved_median_seconds({'official': fn(official), 'ours': fn(ours)}, device,
                                        warmup=args.warmup, reps=args.reps)
         ratios[mode] = t['official'] / t['ours']
@@ -157,14 +93,14 @@ def compare_with_official(args: argparse.Namespace, device: torch.device) -> Non
           f'{"train ms (off / ours)":>22} {"ratio":>6} {"infer ms (off / ours)":>22} {"ratio":>6}')
     for label, name, imagenet, size, batch in configs:
         torch.manual_seed(0)
-        official = _official_model(args.official, imagenet)
-        _randomize_norms(official)
+        official = official_model(args.official, imagenet)
+        randomize_norms(official)
         x = torch.randn(batch, 3, size, size)
         for channels_last in trunks:
             ours = timm.create_model(name, channels_last=channels_last)
             ours.load_state_dict(convert_official_alternet(official.state_dict(), ours))
             y = torch.randint(0, ours.num_classes, (batch,))
-            diff = _check_same_outputs(official, ours, x[:4])
+            diff = check_same_outputs(official, ours, x[:4])
             for fmt in formats:
                 official, ours = official.to(device, memory_format=fmt), ours.to(device, memory_format=fmt)
                 xd, yd = x.to(device).contiguous(memory_format=fmt), y.to(device)

@@ -11,19 +11,12 @@ import argparse
 
 import timm
 import torch
-from _timing import interleaved_median_seconds, train_step
+from timing import inference_step, interleaved_median_seconds, train_step
 
 import timm_ext  # noqa: F401
 
 PAIRS = [('vit_tiny_cb_all', 'vit_tiny_patch16_224'), ('vit_small_cb_all', 'vit_small_patch16_224'),
          ('vit_small_cb', 'vit_small_patch16_224')]
-
-
-def _infer(model, x):
-    def run():
-        with torch.inference_mode():
-            model(x)
-    return run
 
 
 def main() -> None:
@@ -49,7 +42,7 @@ def main() -> None:
             k: train_step(m.train(), torch.optim.AdamW(m.parameters()), x, y) for k, m in models.items()
         }, device, reps=args.reps)
         infer = interleaved_median_seconds(
-            {k: _infer(m.eval(), x) for k, m in models.items()}, device, reps=3 * args.reps)
+            {k: inference_step(m.eval(), x) for k, m in models.items()}, device, reps=3 * args.reps)
         bs = args.batch_size
         print(f'{cb_name:<18} {base_name:<22} '
               f'{bs / train["cb"]:>6.1f} /{bs / train["base"]:>6.1f} {train["base"] / train["cb"]:>6.3f} '

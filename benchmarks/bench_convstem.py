@@ -11,7 +11,7 @@ import argparse
 
 import timm
 import torch
-from _timing import interleaved_median_seconds, train_step
+from timing import interleaved_median_seconds, train_step
 from torch.utils.flop_counter import FlopCounterMode
 
 import timm_ext  # noqa: F401

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from _timing import cpu_name  # benchmarks/_timing.py, beside this script
+from timm_ext.machine import cpu_name
 
 TARGETS_S = {'quick': 40.0, 'full': 180.0}
 

@@ -26,10 +26,10 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import timm  # noqa: E402
-from _timing import interleaved_median_seconds  # noqa: E402
+from timing import interleaved_median_seconds  # noqa: E402
 
 import timm_ext  # noqa: E402,F401
-from timm_ext.analysis._hooks import math_attention  # noqa: E402
+from timm_ext.analysis import math_attention  # noqa: E402
 from timm_ext.analysis.hessian import HessianOperator, hessian_context  # noqa: E402
 
 # the demo's ViT shrunk to 32 px digits (timm_ext.demo.MODEL_KWARGS)

@@ -108,7 +108,7 @@ def bench_model(name: str, batch_size: int, repeats: int, warmup: int) -> Dict[s
     med = {k: statistics.median(v) for k, v in times.items()}
     med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     params = [p for p in model.parameters()]
-    extra = _bytes(sam._backup.values()) + _bytes(sam._buffers._copies)
+    extra = sam.extra_memory_bytes()
     return dict(
         params_m=sum(p.numel() for p in params) / 1e6,
         adamw_s=med['adamw'], sam_s=med['sam'], loop_s=med['loop_sam'],

@@ -38,17 +38,10 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from _gpu_rows import Goal, Row, all_met, copies, markdown, speed_ratio, time_ratio  # noqa: E402
 from _gpu_timing import Budget, Step, build_in_memory_windows, interleaved_medians  # noqa: E402
-from _timing import train_step  # noqa: E402
-from bench_alternet import (  # noqa: E402
-    _check_same_outputs,
-    _forward_backward,
-    _official_model,
-    _randomize_norms,
-    device_name,
-)
-from bench_cb import _infer  # noqa: E402
 from bench_sam_cost import TARGET as CHEAP_SAM_TARGET  # noqa: E402
 from bench_sam_cost import variants as sam_variants  # noqa: E402
+from official_alternet import check_same_outputs, official_model, randomize_norms  # noqa: E402
+from timing import device_name, forward_backward, inference_step, train_step  # noqa: E402
 from timm.optim import create_optimizer_v2  # noqa: E402
 
 import timm_ext  # noqa: E402
@@ -156,7 +149,7 @@ def _train_and_infer(ctx: Context, key: str, models: Dict[str, Callable[[], nn.M
             model = built[name] = Autocast(make().to(ctx.device).train(), ctx.amp)
             if optimizer:
                 return train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-4), x, y)
-            return _forward_backward(model, x, y)
+            return forward_backward(model, x, y)
         return build
 
     fns, peaks = build_in_memory_windows({k: builder(k, m) for k, m in models.items()}, ctx.device,
@@ -164,7 +157,7 @@ def _train_and_infer(ctx: Context, key: str, models: Dict[str, Callable[[], nn.M
     train, reps = _time(ctx, fns, 0.6 * max(0., t_end - time.perf_counter()))
     for m in built.values():
         m.eval()
-    infer, infer_reps = _time(ctx, {k: _infer(m, x) for k, m in built.items()},
+    infer, infer_reps = _time(ctx, {k: inference_step(m, x) for k, m in built.items()},
                               max(0., t_end - time.perf_counter()), warmup=ctx.sizes.warmup)
     return train, infer, peaks, min(reps, infer_reps)
 
@@ -210,7 +203,7 @@ def measure_sam(ctx: Context) -> Tuple[Dict[str, Any], List[Row]]:
     blocks, reps = _time(ctx, fns, seconds - (time.perf_counter() - t_start))
     steps = {k: t / PERIOD for k, t in blocks.items()}
     sam = optimizers['sam']
-    state = _nbytes(sam._backup.values()) + _nbytes(sam._buffers._copies)
+    state = sam.extra_memory_bytes()  # the restore copy and the buffers' (plain SAM keeps no copy of g)
     extra_peak = None if peaks['sam'] is None else peaks['sam'] - peaks['adamw']
     amp = 'bf16' if ctx.amp else 'fp32'
     config = f'vit_base_patch16_224{" (smoke)" if ctx.sizes.vit else ""}, {s.img} px, batch {s.batch}, {amp}'
@@ -288,12 +281,12 @@ def measure_official(ctx: Context) -> Tuple[Dict[str, Any], List[Row]]:
                                                          Row(name, 'inference speed-up', None)]
     t_start = time.perf_counter()
     torch.manual_seed(0)
-    official = _official_model(ctx.official, imagenet=False)  # full size: the official code has no smoke sizes
-    _randomize_norms(official)
+    official = official_model(ctx.official, imagenet=False)  # full size: the official code has no smoke sizes
+    randomize_norms(official)
     ours = timm.create_model('alternet_50_cifar')
     ours.load_state_dict(convert_official_alternet(official.state_dict(), ours))
     x, y = ctx.batch(s.cifar_batch, 32, 100)
-    diff = _check_same_outputs(official, ours, x[:4].cpu())
+    diff = check_same_outputs(official, ours, x[:4].cpu())
     train, infer, peaks, reps = _train_and_infer(
         ctx, 'official', {'official': lambda: official, 'ours': lambda: ours}, x, y, optimizer=False)
     rows = [Row(name, 'train (fwd+bwd) speed-up', speed_ratio(train, 'ours', 'official'),

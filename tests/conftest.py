@@ -27,7 +27,7 @@ def _private_timm_ext_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def offline_scripts(tmp_path, monkeypatch):
     """A private timm-ext cache, no $TIMM_EXT_TIMM_TRAIN, and a network that fails the test if touched."""
-    from timm_ext.launch import find
+    from timm_ext.launch import timm_scripts
 
     monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
     monkeypatch.delenv('TIMM_EXT_TIMM_TRAIN', raising=False)
@@ -35,12 +35,12 @@ def offline_scripts(tmp_path, monkeypatch):
     def no_network(url, timeout=30.0):
         raise AssertionError(f'the test went to the network: {url}')
 
-    monkeypatch.setattr(find, 'fetch_url', no_network)
+    monkeypatch.setattr(timm_scripts, 'fetch_url', no_network)
 
 
 def require_timm_script(path):
     """Skip unless timm's script at ``path`` exists and imports with the installed timm (v1.0.28's needs >= 1.0.28)."""
-    from timm_ext.launch.find import ScriptError, load_script_parser
+    from timm_ext.launch.timm_scripts import ScriptError, load_script_parser
 
     if not path.is_file():
         pytest.skip(f'timm\'s script not found at {path} (set TIMM_EXT_TIMM_TRAIN)')

@@ -8,7 +8,6 @@ from timm.utils import AttentionExtract
 
 import timm_ext  # noqa: F401 (registers the CB models)
 from timm_ext.analysis.attention import (
-    _distance,
     attention_distance,
     attention_entropy,
     attention_modules,
@@ -16,6 +15,7 @@ from timm_ext.analysis.attention import (
     attention_stats,
     entropy_per_query,
     grid_distances,
+    head_distances,
 )
 
 TINY = dict(img_size=16, patch_size=4, depth=2, embed_dim=32, num_heads=2, num_classes=10)
@@ -42,10 +42,10 @@ def test_distance_of_hand_made_maps():
     n = 1 + 4  # class token + 2x2 patches
     uniform = torch.full((1, 1, n, n), 1.0 / n)
     # to the other patches: two neighbours at 0.5 and the opposite corner at 1.0, self and class token excluded
-    torch.testing.assert_close(_distance(uniform, prefix), torch.tensor([[2.0 / 3.0]]))
+    torch.testing.assert_close(head_distances(uniform, prefix), torch.tensor([[2.0 / 3.0]]))
     corner = torch.zeros(1, 1, n, n)
     corner[..., 1:, 1:] = torch.eye(4).flip(1)  # every patch attends only to the opposite corner
-    torch.testing.assert_close(_distance(corner, prefix), torch.tensor([[1.0]]))
+    torch.testing.assert_close(head_distances(corner, prefix), torch.tensor([[1.0]]))
 
 
 def test_uniform_attention_gives_log_n_and_grid_distance():

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import timm_ext  # noqa: F401 (registers AlterNet)
-from timm_ext.analysis.lesion import _accuracy, lesion_study, lesion_units
+from timm_ext.analysis.lesion import lesion_study, lesion_units, top1_accuracy
 
 
 def tiny_vit():
@@ -24,15 +24,15 @@ def test_vit_units_equal_hand_made_lesions():
     model, batches = tiny_vit(), data()
     out = lesion_study(model, batches)
     assert list(out['accuracy']) == ['blocks.0.attn', 'blocks.0.mlp', 'blocks.1.attn', 'blocks.1.mlp']
-    assert out['baseline'] == _accuracy(model, batches)
+    assert out['baseline'] == top1_accuracy(model, batches)
     no_msa = copy.deepcopy(model)
     nn.init.zeros_(no_msa.blocks[1].attn.proj.weight)  # the MSA branch outputs zeros: only the residual is left
     nn.init.zeros_(no_msa.blocks[1].attn.proj.bias)
-    assert out['accuracy']['blocks.1.attn'] == _accuracy(no_msa, batches)
+    assert out['accuracy']['blocks.1.attn'] == top1_accuracy(no_msa, batches)
     no_mlp = copy.deepcopy(model)
     nn.init.zeros_(no_mlp.blocks[0].mlp.fc2.weight)
     nn.init.zeros_(no_mlp.blocks[0].mlp.fc2.bias)
-    assert out['accuracy']['blocks.0.mlp'] == _accuracy(no_mlp, batches)
+    assert out['accuracy']['blocks.0.mlp'] == top1_accuracy(no_mlp, batches)
     assert not any(m._forward_hooks for m in model.modules())
 
 
@@ -48,7 +48,7 @@ def test_staged_model_removes_shape_preserving_blocks():
     out = lesion_study(model, batches, units=units[2:3])
     cut = copy.deepcopy(model)
     cut.stages[1].blocks[1] = nn.Identity()
-    assert out['accuracy'] == {'stages.1.blocks.1': _accuracy(cut, batches)}
+    assert out['accuracy'] == {'stages.1.blocks.1': top1_accuracy(cut, batches)}
 
 
 def test_bad_unit():

@@ -21,7 +21,7 @@ def test_pit_b_cb_matches_the_paper_size():
 def test_the_committed_models_table_is_the_measured_one():
     """``timm-ext models`` answers from timm_ext/_data/models.tsv without torch: it must be what is measured now."""
     from timm_ext.catalog import models_table_text
-    from timm_ext_cli import MODELS_TABLE, package_dir
+    from timm_ext_cli.commands import MODELS_TABLE, package_dir
 
     committed = (package_dir() / MODELS_TABLE).read_text()
     assert committed == models_table_text(), (

@@ -21,7 +21,7 @@ import torch
 from _cli import run_cli
 from conftest import require_timm_script
 
-from timm_ext.launch import find as scripts
+from timm_ext.launch import timm_scripts as script_finder
 
 REPO = Path(__file__).resolve().parents[1]
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
@@ -48,7 +48,7 @@ def timm_scripts(monkeypatch):
 @pytest.fixture
 def data(tmp_path):
     """A tiny ImageFolder (train/ and validation/, two classes of two 8x8 PNGs each): the commands here need one
-    (timm-ext refuses a train or validate command without its data, see tests/test_preflight.py)."""
+    (timm-ext refuses a train or validate command without its data, see tests/test_launch_command_checks.py)."""
     from PIL import Image
 
     for split in ('train', 'validation'):
@@ -122,9 +122,11 @@ def test_pyproject_ships_the_cli_and_every_package():
     tomllib = pytest.importorskip('tomllib')
     config = tomllib.loads((REPO / 'pyproject.toml').read_text())
     assert config['project']['scripts'] == {'timm-ext': 'timm_ext_cli:main'}
-    assert config['tool']['setuptools']['py-modules'] == ['timm_ext_cli'] and (REPO / 'timm_ext_cli.py').is_file()
     setup = config['tool']['setuptools']
-    dirs = {'timm_ext': REPO / 'timm_ext'}
+    # the entry point is a package beside timm_ext (its commands module is what timm_ext imports), not a module
+    assert 'py-modules' not in setup and not (REPO / 'timm_ext_cli.py').exists()
+    assert {'__init__.py', 'commands.py'} <= {p.name for p in (REPO / 'timm_ext_cli').glob('*.py')}
+    dirs = {'timm_ext': REPO / 'timm_ext', 'timm_ext_cli': REPO / 'timm_ext_cli'}
     dirs.update({name: REPO / folder for name, folder in setup['package-dir'].items()})
     assert dirs['timm_ext._recipes'] == REPO / 'recipes' and dirs['timm_ext._patches'] == REPO / 'patches'
     # every folder Python could import as a package must be listed, or setuptools leaves it out (or warns)
@@ -205,7 +207,7 @@ def test_train_py_missing_offline(capsys, monkeypatch):
     def offline(url, timeout=30.0):
         raise urllib.error.URLError('no network')
 
-    monkeypatch.setattr(scripts, 'fetch_url', offline)
+    monkeypatch.setattr(script_finder, 'fetch_url', offline)
     code, _, err = cli(capsys, 'train', '--device', 'cpu')
     (error,) = _errors(err, 'train')
     assert code == 2 and error.startswith('could not download train.py of timm v1.0.')

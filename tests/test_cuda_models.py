@@ -6,7 +6,7 @@ import pytest
 import timm
 import torch
 from _cuda import no_tf32, only_on_cuda
-from test_models import TIMM_EXT_MODELS, _create_small
+from test_models import TIMM_EXT_MODELS, create_small
 from timm.models import model_entrypoint
 
 from timm_ext.layers.window_attention import WindowAttention2d
@@ -27,7 +27,7 @@ def test_one_per_family_covers_every_family():
 
 def _small(name, device):
     torch.manual_seed(0)
-    model, shape = _create_small(name)
+    model, shape = create_small(name)
     return model.to(device), torch.randn(2, *shape, device=device)
 
 

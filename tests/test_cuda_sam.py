@@ -14,7 +14,7 @@ from timm.task import ClassificationTask
 from timm.utils import NativeScaler
 
 from timm_ext.optim import GSAM, SAM, LookSAM
-from timm_ext.optim._compat import autocast_state
+from timm_ext.optim.torch_compat import autocast_state
 
 pytestmark = [pytest.mark.cuda, pytest.mark.filterwarnings('ignore:SAM does not know the model')]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from _cuda import NO_CUDA, chosen_device
 from conftest import require_timm_script
-from test_models import _IMG_SIZE
+from test_models import IMG_SIZE
 from timm.models import model_entrypoint
 
 pytestmark = pytest.mark.cuda
@@ -75,8 +75,8 @@ def family_runs(tmp_path_factory):
     commands = {}
     for name in names:
         family = model_entrypoint(name).__module__.rsplit('.', 1)[-1]
-        size = _IMG_SIZE.get(family, 32)
-        kwargs = FAMILY_RUNS[name] + ([f'img_size={size}'] if family in _IMG_SIZE else [])
+        size = IMG_SIZE.get(family, 32)
+        kwargs = FAMILY_RUNS[name] + ([f'img_size={size}'] if family in IMG_SIZE else [])
         model = ['--model', name, *(['--model-kwargs', *kwargs] if kwargs else []), '--img-size', str(size),
                  '--num-classes', '3', '--device', device.type, '--workers', '1', '-b', '8',
                  '--data-dir', str(root / 'data')]

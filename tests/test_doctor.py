@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import platform
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,7 +43,7 @@ def table(offline_scripts, tmp_path, monkeypatch):
     path = tmp_path / 'table.tsv'
     path.write_text('tag\ttrain.py_sha256\tvalidate.py_sha256\thas_task_api\thas_device_modules\n'
                     f'{TAG}\t{_sha(TRAIN)}\t{_sha(VALIDATE)}\tyes\tyes\n')
-    monkeypatch.setattr(release_table, '_TABLE', path)
+    monkeypatch.setattr(release_table, 'TABLE_PATH', path)
     release_table.release_table.cache_clear()
     yield
     release_table.release_table.cache_clear()
@@ -127,19 +128,13 @@ def test_torchvision_built_for_another_torch(capsys, monkeypatch, release):
 
 
 def test_a_missing_package_names_the_install_line(monkeypatch, release):
-    real_import = doctor._import
-
-    def without_safetensors(module):
-        if module == 'safetensors':
-            raise ImportError("No module named 'safetensors'")
-        return real_import(module)
-
-    monkeypatch.setattr(doctor, '_import', without_safetensors)
+    monkeypatch.setitem(sys.modules, 'safetensors', None)  # what Python does with a package that cannot import
     report = doctor.collect(timm_train=str(release))
     check = report['safetensors']
-    assert not report.ok and check.value == "not importable: ImportError: No module named 'safetensors'"
-    assert report.fix == check.fix and check.fix.startswith("safetensors cannot be imported (No module named "
-                                                            "'safetensors'): pip install \"safetensors")
+    halted = 'import of safetensors halted; None in sys.modules'
+    assert not report.ok and check.value == f'not importable: ModuleNotFoundError: {halted}'
+    assert report.fix == check.fix and check.fix.startswith(f'safetensors cannot be imported ({halted}): '
+                                                            f'pip install "safetensors')
 
 
 def test_timm_older_than_timm_ext_declares(monkeypatch, release):

@@ -63,7 +63,7 @@ def test_several_steps_with_momentum_match_reference():
     expected = _reference(base, batches, rho=0.3, alpha=0.4, lr=0.2)
     model = copy.deepcopy(base)
     opt = GSAM(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho_max=0.3, rho_min=0.1, alpha=0.4)
-    assert opt.lr_max == 0.2 and opt.current_rho() == pytest.approx(0.3)  # lr_max = the initial lr
+    assert opt.settings.lr_max == 0.2 and opt.current_rho() == pytest.approx(0.3)  # lr_max = the initial lr
     _drive(model, opt, batches, 'task')
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
 
@@ -72,7 +72,7 @@ def test_rho_follows_a_timm_schedule_and_layer_decay():
     model = _mlp()
     groups = [{'params': model[0].parameters(), 'lr_scale': 0.5}, {'params': model[2].parameters(), 'lr_scale': 1.0}]
     opt = GSAM(torch.optim.SGD(groups, lr=0.4), rho_max=0.6, rho_min=0.1, alpha=0.3, lr_min=0.01)  # as layer decay
-    assert opt.lr_max == 0.4
+    assert opt.settings.lr_max == 0.4
     sched = CosineLRScheduler(opt, t_initial=10, lr_min=0.01, warmup_t=2, warmup_lr_init=0.04)
     x, y = _batch()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
@@ -167,7 +167,8 @@ def test_state_dict_resume_is_bit_identical_and_keeps_gsam_settings():
     resumed.load_state_dict(model.state_dict())
     opt2 = GSAM(torch.optim.AdamW(resumed.parameters(), lr=0.02), rho_max=0.9, rho_min=0.0, alpha=0.1)
     opt2.load_state_dict(sd)
-    assert (opt2.rho_max, opt2.rho_min, opt2.alpha, opt2.lr_min, opt2.interval, opt2._step_count) == \
+    s = opt2.settings
+    assert (s.rho_max, s.rho_min, s.alpha, s.lr_min, s.interval, opt2.state_dict()['sam']['step']) == \
         (0.3, 0.05, 0.4, 0.001, 2, 3)
     run(resumed, opt2, ClassificationTask(resumed, nn.CrossEntropyLoss(), verbose=False), batches[3:], 3)
     for k, v in uninterrupted.items():
@@ -186,7 +187,8 @@ def test_gsam_names_build_gsam_over_their_base():
         assert isinstance(opt, GSAM), name
         base = name[len('gsam'):] or 'adamw'
         assert type(opt.base_optimizer) is get_optimizer_class(base, bind_defaults=False)
-        assert (opt.rho_max, opt.rho_min, opt.alpha, opt.lr_max, opt.lr_min) == (0.04, 0.02, 0.01, 0.01, 0.0)
+        assert (opt.settings.rho_max, opt.settings.rho_min, opt.settings.alpha, opt.settings.lr_max,
+                opt.settings.lr_min) == (0.04, 0.02, 0.01, 0.01, 0.0)
         assert opt.model is model
 
 
@@ -215,7 +217,7 @@ def test_factory_rejects_bad_alpha_and_loaded_bad_settings():
     sd['sam']['rho_min'] = 1.0
     with pytest.raises(ValueError, match=r'rho_min must be <= rho_max, got rho_min=1.0 > rho_max=0.04 in the loaded'):
         opt.load_state_dict(sd)
-    assert opt.rho_min == 0.02
+    assert opt.settings.rho_min == 0.02
 
 
 # ---- pytorch_optimizer's GSAM: a second, independent implementation -----------------------------------------

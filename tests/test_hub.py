@@ -674,7 +674,7 @@ def test_vit_sam_weights_are_timm_tags(tag):
 
 
 def test_vit_sam_tag_in_a_recipe_is_accepted_by_train_py():
-    from timm_ext.launch.find import ScriptError, load_script_parser
+    from timm_ext.launch.timm_scripts import ScriptError, load_script_parser
     from timm_ext.recipes import check_recipe
 
     if not TRAIN_PY.is_file():

@@ -12,7 +12,12 @@ import pytest
 from _cli import run_cli
 from conftest import require_timm_script
 
-from timm_ext.launch.global_batch import GlobalBatchError, accumulation_steps, resolve_auto_accumulation
+from timm_ext.launch.global_batch import (
+    GlobalBatchError,
+    accumulation_steps,
+    batch_splits,
+    resolve_auto_accumulation,
+)
 from timm_ext.recipes import find_recipe, load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +34,16 @@ def _no_slurm(monkeypatch):
     for name in list(os.environ):
         if name.startswith('SLURM_'):
             monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize('global_batch, processes', [(4096, 32), (4096, 1), (1000, 8), (96, 3), (1024, 24), (7, 7)])
+def test_batch_splits_are_every_whole_split(global_batch, processes):
+    """Against every batch that divides the global batch with the processes: the solver behind auto and behind
+    the fixes the checks offer."""
+    expected = [(b, global_batch // (b * processes)) for b in range(global_batch, 0, -1)
+                if global_batch % (b * processes) == 0]
+    assert batch_splits(global_batch, processes) == expected
+    assert batch_splits(4096, 32)[:3] == [(128, 1), (64, 2), (32, 4)]
 
 
 @pytest.mark.parametrize('global_batch, batch, world, steps', [

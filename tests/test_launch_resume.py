@@ -1,4 +1,5 @@
-"""timm_ext.launch.resume: the run's folder and the command that resumes it (the refusals: tests/test_preflight.py)."""
+"""timm_ext.launch.resume: the run's folder and the command that resumes it (the --resume refusals:
+tests/test_launch_command_checks.py)."""
 import argparse
 import os
 import time

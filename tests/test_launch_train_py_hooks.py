@@ -52,7 +52,7 @@ def test_only_timms_train_py_is_hooked():
 def test_summary_is_continued_not_given_a_second_header(tmp_path):
     from timm.utils.summary import update_summary
 
-    update = train_py_hooks._continuing_summary(update_summary)
+    update = train_py_hooks.continuing_summary(update_summary)
     path = str(tmp_path / 'summary.csv')
     update(0, {'loss': 1.0}, {'top1': 50.0}, path, lr=0.1, write_header=True)
     update(1, {'loss': 0.5}, {'top1': 60.0}, path, lr=0.1, write_header=True)  # train.py after a resume

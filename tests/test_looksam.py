@@ -96,13 +96,13 @@ def test_fp16_overflow_in_a_sam_steps_second_pass_keeps_the_previous_g_v():
     gv = None
     for step, (x, y) in enumerate(batches):
         if step == 2:
-            gv = {p: v.clone() for p, v in opt._gv.items()}
+            gv = [v.clone() for v in opt.state_dict()['sam']['looksam_gv']]
             w = [p.detach().clone() for p in model.parameters()]
         scaler(task(x, y)['loss'], opt)
         opt.zero_grad()
         if step == 2:
             assert all(torch.equal(a, p) for a, p in zip(w, model.parameters()))  # skipped
-            assert all(torch.equal(gv[p], opt._gv[p]) for p in gv)  # g_v of step 0 kept
+            assert all(torch.equal(a, b) for a, b in zip(gv, opt.state_dict()['sam']['looksam_gv']))  # step 0's kept
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the reuse step 3 used a finite g_v
 
 
@@ -124,7 +124,7 @@ def test_state_dict_keeps_g_v_so_a_resumed_reuse_step_is_identical():
     resumed.load_state_dict(model.state_dict())
     opt2 = LookSAM(torch.optim.AdamW(resumed.parameters(), lr=0.02), rho=0.2)
     opt2.load_state_dict(sd)
-    assert opt2.interval == 3 and not opt2.sam_step_due
+    assert opt2.settings.interval == 3 and not opt2.sam_step_due
     _drive(resumed, opt2, batches[4:], 'task')
     for k, v in uninterrupted.items():
         assert torch.equal(v, resumed.state_dict()[k]), k
@@ -136,7 +136,8 @@ def test_copy_keeps_g_v():
     x, y = _batches(1)[0]
     opt.step(_closure(model, opt, x, y))
     model2, opt2 = copy.deepcopy((model, opt))
-    assert len(opt2._gv) == 4 and all(p in opt2._gv for p in model2.parameters())
+    kept, copied = opt.state_dict()['sam']['looksam_gv'], opt2.state_dict()['sam']['looksam_gv']
+    assert len(copied) == 4 and all(torch.equal(a, b) for a, b in zip(kept, copied))
     opt.step(_closure(model, opt, x, y))
     opt2.step(_closure(model2, opt2, x, y))
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), model2.parameters()))
@@ -149,10 +150,11 @@ def test_looksam_names_and_defaults():
     for name in names:
         extra = dict(base='sgd') if name == 'looksam' else {}
         opt = create_optimizer_v2(model, name, lr=0.01, **extra)
-        assert isinstance(opt, LookSAM) and (opt.alpha, opt.interval, opt.param_groups[0]['rho']) == (0.7, 5, 0.05)
+        assert isinstance(opt, LookSAM)
+        assert (opt.settings.alpha, opt.settings.interval, opt.param_groups[0]['rho']) == (0.7, 5, 0.05)
         assert type(opt.base_optimizer) is get_optimizer_class(name[len('looksam'):] or 'sgd', bind_defaults=False)
     opt = create_optimizer_v2(model, 'looksamadamw', lr=0.01, interval=10, alpha=0.5, rho=0.1)
-    assert (opt.interval, opt.alpha, opt.param_groups[0]['rho']) == (10, 0.5, 0.1)
+    assert (opt.settings.interval, opt.settings.alpha, opt.param_groups[0]['rho']) == (10, 0.5, 0.1)
 
 
 @pytest.mark.parametrize('kwargs,match', [

@@ -27,7 +27,7 @@ import timm_ext  # noqa: F401
 
 TIMM_EXT_MODELS = sorted(n for n in timm.list_models() if model_entrypoint(n).__module__.startswith('timm_ext.'))
 # image side per family: the smallest input each family's real config accepts, as timm's tests shrink inputs
-_IMG_SIZE = {'vision_transformer_cb': 32, 'vision_transformer_convstem': 32, 'mlp_mixer_cb': 32, 'mlp_mixer_p8': 32,
+IMG_SIZE = {'vision_transformer_cb': 32, 'vision_transformer_convstem': 32, 'mlp_mixer_cb': 32, 'mlp_mixer_p8': 32,
              'pit_cb': 56, 'volo_convstem': 64}
 # the largest; > 5 s each on 2 cores
 _SLOW = ('vit_base_*', 'alternet_101*', 'alternet_152*', 'volo_d1_convstem', 'swin_tiny_patch1_window4_32')
@@ -40,11 +40,11 @@ def _params(names):
             for n in names]
 
 
-def _create_small(name: str, **kwargs) -> Tuple[torch.nn.Module, Tuple[int, int, int]]:
+def create_small(name: str, **kwargs) -> Tuple[torch.nn.Module, Tuple[int, int, int]]:
     """The registered model at a small input size, and that input size."""
     family = model_entrypoint(name).__module__.rsplit('.', 1)[-1]
-    if family in _IMG_SIZE:
-        kwargs['img_size'] = size = _IMG_SIZE[family]
+    if family in IMG_SIZE:
+        kwargs['img_size'] = size = IMG_SIZE[family]
     else:  # AlterNet takes any size: its CIFAR configs' 32, else 64
         size = min(timm.get_pretrained_cfg(name).input_size[-1], 64)
     return timm.create_model(name, **kwargs), (3, size, size)
@@ -59,7 +59,7 @@ _BASES = {'vision_transformer_cb': 'vit_small_patch16_224', 'vision_transformer_
 def _base_fx_problem(family: str) -> str:
     """Why the timm base of ``family`` does not FX-trace here ('' when it does)."""
     base = _BASES[family]
-    kwargs = {'img_size': _IMG_SIZE[family]} if family in _IMG_SIZE else {}
+    kwargs = {'img_size': IMG_SIZE[family]} if family in IMG_SIZE else {}
     with torch.device('meta'):
         model = timm.create_model(base, **kwargs).eval()
     try:
@@ -79,7 +79,7 @@ class _Contract:
         self.family = model_entrypoint(name).__module__.rsplit('.', 1)[-1]
         torch.manual_seed(0)
         with timm.set_scriptable(True):
-            model, self.size = _create_small(name)
+            model, self.size = create_small(name)
         self.model = model.eval()
 
     @functools.cached_property
@@ -110,7 +110,7 @@ def _only(outputs: Dict[str, torch.Tensor]) -> torch.Tensor:
 
 def test_every_family_has_a_small_input():
     families = {model_entrypoint(n).__module__.rsplit('.', 1)[-1] for n in TIMM_EXT_MODELS}
-    assert families == set(_IMG_SIZE) | {'alternet', 'hdvw_baselines'} and len(TIMM_EXT_MODELS) == 41
+    assert families == set(IMG_SIZE) | {'alternet', 'hdvw_baselines'} and len(TIMM_EXT_MODELS) == 41
 
 
 def test_model_forward_fx(contract):
@@ -226,7 +226,7 @@ def test_model_default_cfgs_non_std(name):
 @pytest.mark.parametrize('name', TIMM_EXT_MODELS)
 def test_no_weight_decay(name):
     """Every model names the parameters to keep out of weight decay; CB_S's Lambda is among them."""
-    model, _ = _create_small(name, device='meta')
+    model, _ = create_small(name, device='meta')
     names = model.no_weight_decay()
     assert isinstance(names, set)
     assert {n for n, _ in model.named_parameters() if n.endswith('.cb.gamma')} <= names
@@ -252,7 +252,7 @@ def _attention_by_hand(attn: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize('name', ['vit_tiny_cb', 'vit_tiny_cbs', 'vit_tiny_cb_all', 'vit_tiny_convstem'])
 def test_attention_extract_default_mode(name):
     """timm.utils.AttentionExtract in its default mode (FX, '*attn.softmax') returns every block's map."""
-    model, size = _create_small(name, depth=3)
+    model, size = create_small(name, depth=3)
     for blk in model.blocks:
         blk.attn.fused_attn = False  # timm's route to an explicit softmax for AttentionExtract (base ViTs alike)
     x = torch.randn(2, *size)

@@ -255,8 +255,8 @@ def test_readme_test_command_is_what_ci_runs():
     ci = (ROOT / '.ci' / 'run').read_text()
     assert 'export HF_HUB_OFFLINE=1' in ci
     commands = [line.strip() for line in ci.splitlines() if line.strip().startswith(('ruff ', 'python -m pytest'))]
-    assert commands == ['ruff check timm_ext timm_ext_cli.py tests benchmarks .ci', 'python -m pytest tests -q']
-    ruff = 'ruff check timm_ext timm_ext_cli.py tests benchmarks .ci'
+    ruff = 'ruff check timm_ext timm_ext_cli tests benchmarks reproduction .ci'
+    assert commands == [ruff, 'python -m pytest tests -q']
     assert f'{ruff}\nHF_HUB_OFFLINE=1 python -m pytest tests -q\n' in readme
     assert 'pip install -e ".[test]"' in readme and 'pip install --quiet -e ".[test]"' in ci
 

@@ -25,7 +25,7 @@ TRAIN_PY = Path(os.environ.get(
     'TIMM_EXT_TIMM_TRAIN', REPO.parent / 'shared' / 'timm-train' / 'v1.0.28' / 'train.py')).resolve()
 _TIMM_VERSION = tuple(int(p) for p in timm.__version__.split('.')[:3] if p.isdigit())
 # the default script is timm v1.0.28's: it imports timm.task names that older timm versions lack
-_TRAIN_PY_TOO_NEW = 'TIMM_EXT_TIMM_TRAIN' not in os.environ and _TIMM_VERSION < (1, 0, 28)
+TRAIN_PY_TOO_NEW = 'TIMM_EXT_TIMM_TRAIN' not in os.environ and _TIMM_VERSION < (1, 0, 28)
 
 # Runs inside train.py: wraps SAM.step on the first call and compares the update with a reference
 # built from deep copies of the model and of the base optimizer (fresh gradients at w and at w + e).
@@ -78,8 +78,8 @@ def _second_pass(self, task, model, params, g1, calls, same_masks):
             input, target = call.args
             task.criterion(m_e(input), target).backward()
     g2 = [p.grad for p in ps_e]
-    if self.clip_grad is not None:  # SAM clips the gradient it applies (global norm)
-        g2 = [g * min(1.0, self.clip_grad / (_flat(g2).norm().item() + 1e-6)) for g in g2]
+    if self.settings.clip_grad is not None:  # SAM clips the gradient it applies (global norm)
+        g2 = [g * min(1.0, self.settings.clip_grad / (_flat(g2).norm().item() + 1e-6)) for g in g2]
     return g2
 
 
@@ -116,7 +116,7 @@ SAM.step = step
 '''
 
 
-def _make_image_folder(root: Path) -> None:
+def make_image_folder(root: Path) -> None:
     import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
@@ -170,10 +170,10 @@ def test_example_recipe_has_the_papers_dropout_and_a_batch_independent_lr():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TRAIN_PY.is_file(), reason=f'timm train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')
-@pytest.mark.skipif(_TRAIN_PY_TOO_NEW, reason=f'the default train.py is timm v1.0.28\'s and needs timm >= 1.0.28 '
+@pytest.mark.skipif(TRAIN_PY_TOO_NEW, reason=f'the default train.py is timm v1.0.28\'s and needs timm >= 1.0.28 '
                     f'(installed {timm.__version__}); set TIMM_EXT_TIMM_TRAIN to the train.py of your timm version')
 def test_sam_runs_in_real_train_py_and_resumes(tmp_path):
-    _make_image_folder(tmp_path / 'data')
+    make_image_folder(tmp_path / 'data')
     (tmp_path / 'sam_probe.py').write_text(PROBE)
     recipe = yaml.safe_load(EXAMPLE.read_text())
     recipe['model_kwargs'] = {}  # the ViT's dropout settings; the test model is a tiny ResNet (BatchNorm)

@@ -1,6 +1,6 @@
-"""timm_ext.recipes: packaged recipes by name, the checks of a recipe and a command line against
-timm's real train.py parser (found through TIMM_EXT_TIMM_TRAIN, default ../shared/timm-train/v1.0.28),
-and the paper recipes against their paper-values tables and the generated index."""
+"""timm_ext.recipes: packaged recipes by name, the checks of a recipe file against timm's real train.py parser
+(found through TIMM_EXT_TIMM_TRAIN, default ../shared/timm-train/v1.0.28), and the paper recipes against their
+paper-values tables and the generated index (a whole command line: tests/test_launch_command_checks.py)."""
 import copy
 import csv
 import functools
@@ -14,8 +14,6 @@ from conftest import require_timm_script
 
 from timm_ext import recipes
 from timm_ext._resources import packaged_dir
-from timm_ext.launch.arg_checks import check_train_args, check_validate_args
-from timm_ext.launch.find import load_script_parser
 from timm_ext.recipes import (
     INDEX_COLUMNS,
     INDEX_MARKERS,
@@ -39,10 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
 _SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
 TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
-VALIDATE_PY = TRAIN_PY.parent / 'validate.py'
 needs_train_py = pytest.mark.skipif(
     not TRAIN_PY.is_file(), reason=f'timm\'s train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')
-SAM_RECIPE = {'device_modules': ['timm_ext'], 'opt': 'samadamw', 'opt_kwargs': {'rho': 0.1, 'clip_grad': 1.0}}
 
 
 @pytest.fixture(scope='module')
@@ -146,9 +142,6 @@ def test_bce_loss_needs_mixup_or_smoothing_in_train_py(parser):
     assert check_recipe({'bce_loss': True, 'smoothing': 0.0, 'cutmix': 1.0}, parser) == []
     assert check_recipe({'bce_loss': True, 'smoothing': 1e-6}, parser) == []
     assert check_recipe({'bce_loss': False, 'smoothing': 0.0}, parser) == []
-    (problem,) = check_train_args(parser, ['--device', 'cpu', '--smoothing', '0'], {'bce_loss': True})
-    assert problem.startswith('bce_loss is true but smoothing is 0')
-    assert check_train_args(parser, ['--device', 'cpu', '--mixup', '0.2'], {'bce_loss': True, 'smoothing': 0}) == []
 
 
 @needs_train_py
@@ -165,84 +158,6 @@ def test_sam_names_follow_timms_factory():
     assert not any(is_sam_optimizer(n) for n in ('adamw', 'sam_adamw', 'lookahead_adamw', 'nosuchopt'))
 
 
-# --- whole command lines -------------------------------------------------------------------------
-
-@needs_train_py
-def test_no_cuda_without_device(parser):
-    expected = ("--device is 'cuda' but CUDA is not available here (timm's scripts default to cuda): "
-                "add --device cpu")
-    assert check_train_args(parser, ['--model', 'resnet18'], cuda_available=False) == [expected]
-    assert check_train_args(parser, ['--model', 'resnet18', '--device', 'cpu'], cuda_available=False) == []
-    assert check_train_args(parser, ['--model', 'resnet18'], {'device': 'cpu'}, cuda_available=False) == []
-    assert check_train_args(parser, ['--model', 'resnet18'], cuda_available=True) == []
-
-
-def _image_folder(root: Path, classes: int) -> Path:
-    for split in ('train', 'validation'):
-        for c in range(classes):
-            (root / split / f'class{c}').mkdir(parents=True)
-    return root
-
-
-@needs_train_py
-def test_image_folder_class_count(parser, tmp_path):
-    data = _image_folder(tmp_path / 'data', 3)
-    base = ['--data-dir', str(data), '--device', 'cpu', '--model', 'test_resnet']
-    assert check_train_args(parser, base + ['--num-classes', '3']) == []
-    assert check_train_args(parser, base + ['--num-classes', '2']) == [
-        f'the ImageFolder {data / "train"} has 3 classes but --num-classes is 2: add --num-classes 3']
-    # not given: train.py keeps the model's own head (test_resnet has 1000 outputs)
-    assert check_train_args(parser, base) == [
-        f'the ImageFolder {data / "train"} has 3 classes but --num-classes is not given, so train.py keeps the '
-        f'model\'s default of 1000: add --num-classes 3']
-    assert check_train_args(parser, base, {'num_classes': 3}) == []  # from the recipe
-    # a recipe's text is read as train.py reads it: set_defaults, then parse_args converts '3' to 3
-    assert check_train_args(parser, base, {'num_classes': '3'}) == []
-    assert check_train_args(parser, base, {'num_classes': '2'}) == [
-        f'the ImageFolder {data / "train"} has 3 classes but --num-classes is 2: add --num-classes 3']
-    assert check_train_args(parser, base + ['--num-classes', '2', '--class-map', 'map.txt']) == []  # classes mapped
-    assert check_train_args(parser, base + ['--num-classes', '2', '--dataset', 'torch/cifar10']) == []
-
-
-@needs_train_py
-def test_baseline_over_a_sam_recipe(parser):
-    argv = ['--device', 'cpu', '--opt', 'adamw']
-    assert check_train_args(parser, argv, SAM_RECIPE) == [
-        "--opt adamw replaces the recipe's SAM optimizer 'samadamw', but opt_kwargs still carry SAM's rho, "
-        "clip_grad, which adamw does not take: give the baseline its own --opt-kwargs (a bare `--opt-kwargs` "
-        "clears them; train.py's --clip-grad clips)"]
-    assert check_train_args(parser, argv + ['--opt-kwargs'], SAM_RECIPE) == []
-    assert check_train_args(parser, ['--device', 'cpu', '--opt', 'asamsgd'], SAM_RECIPE) == []  # still SAM
-    assert check_train_args(parser, ['--device', 'cpu'], SAM_RECIPE) == []
-
-
-@needs_train_py
-@pytest.mark.parametrize('recipe_opt, opt_kwargs', [
-    ('samadamw', {'interval': 5}),
-    ('samadamw', {'m_sharpness': 32}),
-    ('gsamadamw', {'rho_max': 0.05, 'rho_min': 0.0, 'alpha': 0.4}),
-    ('looksamadamw', {'interval': 5, 'alpha': 0.7}),
-])
-def test_baseline_over_a_sam_recipe_every_sam_setting(parser, recipe_opt, opt_kwargs):
-    """Every SAM-family setting left in opt_kwargs under a plain --opt is caught, not only rho and clipping."""
-    recipe = {'device_modules': ['timm_ext'], 'opt': recipe_opt, 'opt_kwargs': opt_kwargs}
-    problems = check_train_args(parser, ['--device', 'cpu', '--opt', 'adamw'], recipe)
-    assert problems == [
-        f"--opt adamw replaces the recipe's SAM optimizer {recipe_opt!r}, but opt_kwargs still carry SAM's "
-        f"{', '.join(opt_kwargs)}, which adamw does not take: give the baseline its own --opt-kwargs (a bare "
-        f"`--opt-kwargs` clears them; train.py's --clip-grad clips)"]
-
-
-@needs_train_py
-def test_baseline_that_takes_the_setting_is_not_refused(parser):
-    """RMSprop has an ``alpha`` of its own: GSAM's alpha left in opt_kwargs is a valid (if odd) RMSprop argument."""
-    recipe = {'device_modules': ['timm_ext'], 'opt': 'gsamadamw', 'opt_kwargs': {'alpha': 0.9, 'rho_max': 0.05}}
-    assert check_train_args(parser, ['--device', 'cpu', '--opt', 'rmsprop'], recipe) == [
-        "--opt rmsprop replaces the recipe's SAM optimizer 'gsamadamw', but opt_kwargs still carry SAM's rho_max, "
-        "which rmsprop does not take: give the baseline its own --opt-kwargs (a bare `--opt-kwargs` clears them; "
-        "train.py's --clip-grad clips)"]
-
-
 def test_unknown_recipe_key_points_every_sam_setting_to_opt_kwargs(parser):
     problems = check_recipe({'interval': 5, 'm_sharpness': 2}, parser)
     assert problems == [
@@ -250,26 +165,6 @@ def test_unknown_recipe_key_points_every_sam_setting_to_opt_kwargs(parser):
         "goes under opt_kwargs, e.g. `opt_kwargs: {interval: ...}`",
         "recipe key 'm_sharpness' is not a train.py argument (train.py ignores unknown keys silently): SAM's "
         "m_sharpness goes under opt_kwargs, e.g. `opt_kwargs: {m_sharpness: ...}`"]
-
-
-@needs_train_py
-def test_command_line_sam_underscore_and_rejected_arguments(parser):
-    assert check_train_args(parser, ['--device', 'cpu', '--opt', 'sam_sgd']) == [
-        "opt 'sam_sgd' builds plain sgd in timm's optimizer factory (it keeps only the text after the last "
-        "underscore), not SAM: write 'samsgd'"]
-    assert check_train_args(parser, ['--no-such-argument']) == []  # train.py reports it itself
-
-
-def test_validate_checks(tmp_path):
-    if not VALIDATE_PY.is_file():
-        pytest.skip(f'timm\'s validate.py not found at {VALIDATE_PY}')
-    parser = load_script_parser(VALIDATE_PY)
-    missing = tmp_path / 'nope.pth.tar'
-    assert check_validate_args(parser, ['--checkpoint', str(missing), '--device', 'cpu']) == [
-        f'checkpoint {str(missing)!r} does not exist']
-    missing.write_bytes(b'')
-    assert check_validate_args(parser, ['--checkpoint', str(missing), '--device', 'cpu']) == []
-    assert len(check_validate_args(parser, ['--model', 'resnet18'], cuda_available=False)) == 1
 
 
 # --- paper recipes: paper-values tables, index, headers ---------------------------------------------

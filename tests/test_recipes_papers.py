@@ -19,7 +19,7 @@ import pytest
 import timm
 import yaml
 from _cli import run_cli
-from test_recipes import _TRAIN_PY_TOO_NEW, REPO, TRAIN_PY, _make_image_folder
+from test_recipes import REPO, TRAIN_PY, TRAIN_PY_TOO_NEW, make_image_folder
 
 from timm_ext.recipes import (
     INDEX_MARKERS,
@@ -72,12 +72,13 @@ def _optimizer(optimizer, *args, **kwargs):
     opt = optimizer
     base = getattr(opt, 'base_optimizer', opt)
     group = base.param_groups[0]
-    _seen['optimizer'] = dict(name=type(opt).__name__, base=type(base).__name__, rho=getattr(opt, 'rho', None),
+    settings = getattr(opt, 'settings', None)  # a SAM's optimizer-wide settings (a plain optimizer has none)
+    _seen['optimizer'] = dict(name=type(opt).__name__, base=type(base).__name__,
                               lr=group['lr'], weight_decay=max(g['weight_decay'] for g in base.param_groups),
                               nesterov=group.get('nesterov'), betas=group.get('betas'), momentum=group.get('momentum'))
     _seen['sam_rho'] = [g.get('rho') for g in opt.param_groups][:1]
-    _seen['sam_clip_grad'] = getattr(opt, 'clip_grad', None)
-    _seen['sam_m_sharpness'] = getattr(opt, 'm_sharpness', None)
+    _seen['sam_clip_grad'] = getattr(settings, 'clip_grad', None)
+    _seen['sam_m_sharpness'] = getattr(settings, 'm_sharpness', None)
 
 
 _wrap('create_loader', _loader)
@@ -150,7 +151,7 @@ def _two_steps(tmp_path: Path, recipe_name: str, edit: Dict, *args: str) -> Dict
 needs_train = [
     pytest.mark.slow,
     pytest.mark.skipif(not TRAIN_PY.is_file(), reason=f'timm train.py not at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)'),
-    pytest.mark.skipif(_TRAIN_PY_TOO_NEW, reason=f'the default train.py is timm v1.0.28\'s and needs timm >= 1.0.28 '
+    pytest.mark.skipif(TRAIN_PY_TOO_NEW, reason=f'the default train.py is timm v1.0.28\'s and needs timm >= 1.0.28 '
                        f'(installed {timm.__version__}); set TIMM_EXT_TIMM_TRAIN to your timm\'s train.py'),
 ]
 
@@ -192,7 +193,7 @@ def test_resnet50_cifar10_recipe_runs(tmp_path):
 @_marks
 def test_alternet_imagenet_recipe_runs(tmp_path):
     """how-do-vits-work ImageNet AlterNet-50 (6 MSAs): random erasing 0.25 'const', RandAugment mstd 0.5."""
-    _make_image_folder(tmp_path / 'data')
+    make_image_folder(tmp_path / 'data')
     seen = _two_steps(tmp_path, 'how-do-vits-work/imagenet/alternet_50', {}, '--img-size', '32', '--batch-size', '4',
                       '--num-classes', '2')
     t = seen['transform']
@@ -204,7 +205,7 @@ def test_alternet_imagenet_recipe_runs(tmp_path):
 @_marks
 def test_vit_sam_imagenet_recipe_runs_sam_with_the_sigmoid_loss(tmp_path):
     """vit-sam ViT-S/16 + SAM: Inception crop + flip only, summed sigmoid loss, AdamW inside SAM (rho 0.1)."""
-    _make_image_folder(tmp_path / 'data')
+    make_image_folder(tmp_path / 'data')
     recipe = load_recipe(recipes_dir() / 'vit-sam/imagenet/vit_s16_sam.yaml')
     kwargs = [f'{k}={v}' for k, v in dict(recipe['model_kwargs'], img_size=32).items()]
     assert recipe['opt_kwargs']['m_sharpness'] == 32  # App H: 32 images per TPU core; 2 per chunk of the batch of 4
@@ -256,7 +257,7 @@ def _assert_deit_regime(seen: Dict) -> None:
 @_marks
 def test_context_broadcasting_imagenet_recipe_runs_in_the_deit_regime(tmp_path):
     """CB ViT-S (Table 5): AdamW at 1e-3 per 1024 images, linearly scaled. One process: no repeated aug."""
-    _make_image_folder(tmp_path / 'data')
+    make_image_folder(tmp_path / 'data')
     seen = _two_steps(tmp_path, 'context-broadcasting/imagenet/vit_small_cb', {}, '--img-size', '32',
                       '--batch-size', '4', '--num-classes', '2', '--aug-repeats', '0', '--model-kwargs', 'img_size=32')
     _assert_deit_regime(seen)
@@ -268,7 +269,7 @@ def test_context_broadcasting_imagenet_recipe_runs_in_the_deit_regime(tmp_path):
 @_marks
 def test_scaled_relu_imagenet_recipe_runs_sam_on_the_conv_stem(tmp_path):
     """Scaled-ReLU Table 1, conv stem + SAM at lr 1e-3 (DeiT's lr per 512 images): SAM around AdamW."""
-    _make_image_folder(tmp_path / 'data')
+    make_image_folder(tmp_path / 'data')
     seen = _two_steps(tmp_path, 'scaled-relu/imagenet/deit_small_conv_sam_lr1e-3', {}, '--img-size', '32',
                       '--batch-size', '4', '--num-classes', '2', '--aug-repeats', '0', '--model-kwargs', 'img_size=32')
     _assert_deit_regime(seen)

@@ -71,7 +71,7 @@ def test_base_arguments_follow_timm_factory_rules():
     generic = create_optimizer_v2(model, 'sam', lr=0.1, base='momentum', eps=1e-6)  # momentum: no eps
     assert generic.param_groups[0]['momentum'] == 0.9 and generic.param_groups[0]['nesterov'] is False
     clip = create_optimizer_v2(model, 'asamlamb', lr=0.1, eta=0.0, clip_grad=1.0, clip_mode='agc')
-    assert (clip.clip_grad, clip.clip_mode, clip.param_groups[0]['eta']) == (1.0, 'agc', 0.0)
+    assert (clip.settings.clip_grad, clip.settings.clip_mode, clip.param_groups[0]['eta']) == (1.0, 'agc', 0.0)
 
 
 def test_train_py_recipe_route():
@@ -80,7 +80,7 @@ def test_train_py_recipe_route():
                               layer_decay=None, opt_kwargs={'base': 'adamw', 'rho': 0.1, 'clip_grad': 1.0})
     model = timm.create_model('test_vit', num_classes=3)
     opt = create_optimizer_v2(model, **optimizer_kwargs(cfg=args), **args.opt_kwargs)
-    assert isinstance(opt, SAM) and isinstance(opt.base_optimizer, torch.optim.AdamW) and opt.clip_grad == 1.0
+    assert isinstance(opt, SAM) and isinstance(opt.base_optimizer, torch.optim.AdamW) and opt.settings.clip_grad == 1.0
 
 
 def test_layer_decay_groups_are_shared():

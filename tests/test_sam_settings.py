@@ -1,5 +1,7 @@
 """The SAM family's settings declarations: signatures, checks, state dict, pickling, repr and change logging all
-follow from one dataclass field, and ``sam_opt_kwargs`` lists what a plain optimizer does not take."""
+follow from one dataclass field and its argument in the hand-written signature, and ``sam_opt_kwargs`` lists
+what a plain optimizer does not take."""
+import dataclasses
 import inspect
 import logging
 import pickle
@@ -37,8 +39,11 @@ class _BetaSettings(SAMSettings):
 
 
 class _BetaSAM(SAM):
-    """A family with one more setting, declared in one place (its settings class)."""
+    """A family with one more setting: its field, and the argument in its signature."""
     Settings = _BetaSettings
+
+    def __init__(self, params, base_optimizer=None, beta=0.5, **kwargs):
+        super().__init__(params, base_optimizer, beta=beta, **kwargs)
 
 
 def _params(opt):
@@ -62,37 +67,57 @@ def test_signatures_follow_the_declarations():
         assert _params(create) == ['params', 'base'] + _params(family)[2:]
     assert inspect.signature(create_sam).parameters['rho'].default is None  # 0.05, or 0.5 for ASAM
     positional = GSAM(nn.Linear(2, 2).parameters(), torch.optim.SGD, 0.2, 0.1, 0.3, lr=0.1)
-    assert (positional.rho_max, positional.rho_min, positional.alpha, positional.lr_max) == (0.2, 0.1, 0.3, 0.1)
-    with pytest.raises(TypeError, match='rho'):
+    settings = positional.settings
+    assert (settings.rho_max, settings.rho_min, settings.alpha, settings.lr_max) == (0.2, 0.1, 0.3, 0.1)
+    with pytest.raises(TypeError, match=r'^GSAM got rho=0.1: its radius is scheduled between rho_min and rho_max'):
         GSAM(nn.Linear(2, 2).parameters(), torch.optim.SGD, rho=0.1, lr=0.1)
 
 
-def test_a_new_setting_is_declared_once_and_reaches_everything(caplog):
+# a valid value other than the default for every setting of every family
+_NON_DEFAULT = dict(rho=0.07, adaptive=True, eta=0.02, clip_grad=1.5, clip_mode='value', interval=2, m_sharpness=4,
+                    rho_max=0.08, rho_min=0.03, alpha=0.3, lr_max=0.5, lr_min=0.001)
+
+
+@pytest.mark.parametrize('family', [SAM, GSAM, LookSAM])
+def test_each_hand_written_signature_takes_every_setting_with_its_declared_default(family):
+    """The signature is written by hand (help() and an IDE show it); this is what keeps it and the fields agreeing."""
+    signature = inspect.signature(family).parameters
+    fields = {f.name: f.default for f in dataclasses.fields(family.Settings) if f.init}
+    assert set(signature) == {'params', 'base_optimizer', 'model', 'base_kwargs'} | set(fields)
+    assert {name: signature[name].default for name in fields} == fields
+    assert inspect.getsource(family.__init__).count('**base_kwargs') >= 2  # the hand-written one, not generated
+    given = {name: _NON_DEFAULT[name] for name in fields}  # a new setting needs a value here: this test says so
+    settings = family(torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1), **given).settings
+    assert {name: getattr(settings, name) for name in fields} == given  # each argument reaches its setting
+
+
+def test_a_new_setting_needs_its_field_and_its_argument_and_reaches_everything(caplog):
     model = nn.Linear(3, 2)
     assert 'beta' in _params(_BetaSAM)
     with pytest.raises(ValueError, match=r'^SAM beta must be in \(0, 1\), got beta=2$'):
         _BetaSAM(torch.optim.SGD(model.parameters(), lr=0.1), beta=2)
     opt = _BetaSAM(torch.optim.SGD(model.parameters(), lr=0.1), beta=0.7)
-    assert opt.beta == 0.7 and repr(opt).endswith('interval=1, m_sharpness=None, beta=0.7)')
+    assert opt.settings.beta == 0.7 and repr(opt).endswith('interval=1, m_sharpness=None, beta=0.7)')
+    assert 'beta' not in opt.base_optimizer.defaults  # a setting, not a base-optimizer argument
     sd = opt.state_dict()
     assert sd['sam']['beta'] == 0.7
-    assert pickle.loads(pickle.dumps(opt)).beta == 0.7
+    assert pickle.loads(pickle.dumps(opt)).settings.beta == 0.7
     fresh = _BetaSAM(torch.optim.SGD(model.parameters(), lr=0.1))
     with caplog.at_level(logging.WARNING, logger='timm_ext.optim.sam'):
         fresh.load_state_dict(sd)
-    assert fresh.beta == 0.7 and 'beta: 0.5 -> 0.7' in caplog.text
+    assert fresh.settings.beta == 0.7 and 'beta: 0.5 -> 0.7' in caplog.text
     sd['sam']['beta'] = 1.5
     with pytest.raises(ValueError, match=r'^SAM beta must be in \(0, 1\), got beta=1.5 in the loaded state dict$'):
         fresh.load_state_dict(sd)
 
 
-def test_assigning_a_setting_checks_it_and_takes_effect():
+def test_replacing_the_settings_checks_them_and_takes_effect():
     opt = SAM(torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1))
-    opt.interval = 3
-    assert opt.state_dict()['sam']['interval'] == 3 and opt.settings.interval == 3
+    opt.settings = opt.settings.replace(interval=3)
+    assert opt.state_dict()['sam']['interval'] == 3 and not hasattr(opt, 'interval')
     with pytest.raises(ValueError, match=r'SAM interval must be an integer >= 1 .*got interval=0$'):
-        opt.interval = 0
-    assert opt.interval == 3
+        opt.settings = opt.settings.replace(interval=0)
+    assert opt.settings.interval == 3
 
 
 def test_settings_are_frozen_and_checked():
@@ -104,14 +129,3 @@ def test_settings_are_frozen_and_checked():
     with pytest.raises(ValueError, match=r'^GSAM rho_min must be <= rho_max, got rho_min=0.5 > rho_max=0.04$'):
         GSAMSettings(rho_min=0.5)
     assert SAMSettings(adaptive=1).adaptive is True
-
-
-def test_a_pickle_from_before_the_settings_object_loads():
-    opt = GSAM(torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1), rho_max=0.08, interval=2)
-    state = opt.__getstate__()
-    settings = state.pop('settings')
-    state['sam_defaults'] = settings.group_defaults()  # the old layout: one attribute per setting
-    state.update(settings.optimizer_values())
-    old = GSAM.__new__(GSAM)
-    old.__setstate__(state)
-    assert old.settings == settings and old.lr_max == 0.1

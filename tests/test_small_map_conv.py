@@ -65,7 +65,7 @@ def fresh_routes():
 def _fake_timer(monkeypatch, faster: str) -> FakeTimer:
     timer = FakeTimer({'conv2d': 2e-3, 'small_map': 1e-3} if faster == 'small_map' else
                       {'conv2d': 1e-3, 'small_map': 2e-3})
-    monkeypatch.setattr(small_map_conv, '_median_seconds', timer)
+    monkeypatch.setattr(small_map_conv, 'median_seconds', timer)
     return timer
 
 
@@ -125,7 +125,7 @@ def _route(conv: SmallMapConv2d, x: torch.Tensor, monkeypatch) -> str:
 ])
 def test_fixed_rule_routes_by_output_size_and_kernel(case, expected, monkeypatch):
     """Autotuning off: every candidate shape takes the small-map route, nothing is timed."""
-    monkeypatch.setattr(small_map_conv, '_median_seconds', _no_timing)
+    monkeypatch.setattr(small_map_conv, 'median_seconds', _no_timing)
     set_small_map_autotune(False)
     _, ours = _pair(case, torch.float32)
     x = torch.randn(2, case[0], case[-1], case[-1]).contiguous(memory_format=CL)
@@ -138,9 +138,9 @@ def test_threshold_is_seven_by_seven():
     """49 output pixels (ImageNet's last stage) are candidates for the small-map route, 64 are not."""
     conv = SmallMapConv2d(8, 8, 1)
     assert SMALL_MAP_PIXELS == 49
-    assert conv._output_size(7, 7) == (7, 7) and conv._output_size(8, 8) == (8, 8)
+    assert conv.output_size(7, 7) == (7, 7) and conv.output_size(8, 8) == (8, 8)
     strided = SmallMapConv2d(8, 8, 3, stride=2, padding=1)
-    assert strided._output_size(14, 14) == (7, 7)
+    assert strided.output_size(14, 14) == (7, 7)
 
 
 @pytest.mark.parametrize('kernel, stride, dilation', [(1, 1, 1), (1, 2, 1), (3, 1, 1), (3, 2, 1), (3, 1, 2), (7, 2, 1)])
@@ -162,13 +162,13 @@ def test_torchscript_takes_the_fixed_rule(case, monkeypatch):
     _, ours = _pair(case, torch.float32)
     scripted = torch.jit.script(ours)
     x = torch.randn(2, case[0], case[-1], case[-1]).contiguous(memory_format=CL)
-    monkeypatch.setattr(small_map_conv, '_median_seconds', _no_timing)
+    monkeypatch.setattr(small_map_conv, 'median_seconds', _no_timing)
     with torch.no_grad():
         with small_map_autotune(False):
             fixed = ours(x)
             torch.testing.assert_close(scripted(x), fixed, rtol=0, atol=0)
         torch.testing.assert_close(scripted(x), fixed, rtol=0, atol=0)  # autotuning on: scripted never times
-        monkeypatch.setattr(small_map_conv, '_median_seconds', FakeTimer({'conv2d': 1e-3, 'small_map': 2e-3}))
+        monkeypatch.setattr(small_map_conv, 'median_seconds', FakeTimer({'conv2d': 1e-3, 'small_map': 2e-3}))
         y = scripted(x)
         torch.testing.assert_close(y, ours(x), rtol=1e-5, atol=1e-5)
         assert y.is_contiguous(memory_format=CL)
@@ -196,7 +196,7 @@ def test_faster_route_is_chosen_and_timed_once(faster, expected, monkeypatch):
 
 
 def test_tie_keeps_nn_conv2d(monkeypatch):
-    monkeypatch.setattr(small_map_conv, '_median_seconds', FakeTimer({'conv2d': 1e-3, 'small_map': 1e-3}))
+    monkeypatch.setattr(small_map_conv, 'median_seconds', FakeTimer({'conv2d': 1e-3, 'small_map': 1e-3}))
     conv, x = _gemm_case()
     assert _route(conv, x, monkeypatch) == 'own'
 
@@ -250,7 +250,7 @@ def _counting(fn, calls):
 
 @pytest.mark.parametrize('switch', ['set', 'context', 'deterministic'])
 def test_switches_give_the_fixed_rule_without_timing(switch, monkeypatch):
-    monkeypatch.setattr(small_map_conv, '_median_seconds', _no_timing)
+    monkeypatch.setattr(small_map_conv, 'median_seconds', _no_timing)
     conv, x = _gemm_case()
     if switch == 'set':
         set_small_map_autotune(False)
@@ -286,18 +286,18 @@ def test_fixed_rule_does_not_forget_timed_routes(monkeypatch):
 @pytest.mark.parametrize('value, expected', [('1', True), ('0', False), (' 0 ', False)])
 def test_environment_switch(value, expected, monkeypatch):
     monkeypatch.setenv(small_map_conv.AUTOTUNE_ENV, value)
-    assert small_map_conv._autotune_from_env() is expected
+    assert small_map_conv.autotune_from_env() is expected
 
 
 def test_environment_switch_rejects_other_values(monkeypatch):
     monkeypatch.setenv('TIMM_EXT_SMALL_MAP_AUTOTUNE', 'yes')
     with pytest.raises(ValueError, match=r"^TIMM_EXT_SMALL_MAP_AUTOTUNE='yes': use 1 \(time both small-map routes, "
                                          r"keep the faster\) or 0 \(fixed rule\)$"):
-        small_map_conv._autotune_from_env()
+        small_map_conv.autotune_from_env()
 
 
 def test_large_maps_and_nchw_inputs_are_never_timed(monkeypatch):
-    monkeypatch.setattr(small_map_conv, '_median_seconds', _no_timing)
+    monkeypatch.setattr(small_map_conv, 'median_seconds', _no_timing)
     conv, _ = _gemm_case()
     conv(torch.randn(2, 16, 8, 8).contiguous(memory_format=CL))  # 64 > SMALL_MAP_PIXELS
     conv(torch.randn(2, 16, 4, 4))  # NCHW
@@ -305,7 +305,7 @@ def test_large_maps_and_nchw_inputs_are_never_timed(monkeypatch):
 
 def test_median_seconds_interleaves_warm_up_and_reps():
     order = []
-    times = small_map_conv._median_seconds({'a': lambda: order.append('a'), 'b': lambda: order.append('b')}, reps=3)
+    times = small_map_conv.median_seconds({'a': lambda: order.append('a'), 'b': lambda: order.append('b')}, reps=3)
     assert order == ['a', 'b'] * 4
     assert sorted(times) == ['a', 'b'] and all(t >= 0 for t in times.values())
 
@@ -322,7 +322,7 @@ def test_fx_graph_uses_the_timed_route(monkeypatch):
 
 
 def test_torch_compile_takes_the_fixed_rule(monkeypatch):
-    monkeypatch.setattr(small_map_conv, '_median_seconds', _no_timing)
+    monkeypatch.setattr(small_map_conv, 'median_seconds', _no_timing)
     conv, x = _gemm_case()
     compiled = torch.compile(conv, backend='eager', fullgraph=True, dynamic=False)
     with torch.no_grad():

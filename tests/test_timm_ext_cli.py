@@ -1,5 +1,6 @@
-"""timm_ext_cli: the ``timm-ext`` entry point answers --help, --version, models and recipes list without torch,
-with the same text as the full command line, and every other command goes to timm_ext.cli."""
+"""timm_ext_cli (the package's __init__): the ``timm-ext`` entry point answers --help, --version, models and
+recipes list without torch, with the same text as the full command line, and every other command goes to
+timm_ext.cli. What it answers with, timm_ext_cli.commands, has its own tests: test_timm_ext_cli_commands.py."""
 import json
 import os
 import subprocess
@@ -68,7 +69,7 @@ def test_everything_else_goes_to_the_full_command_line(capsys):
 def test_the_later_release_note_once_per_cache(capsys, monkeypatch, tmp_path):
     from conftest import require_timm_script
 
-    from timm_ext.launch.find import first_time_in_cache
+    from timm_ext.launch.timm_scripts import first_time_in_cache
 
     monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
     assert first_time_in_cache('a note') and not first_time_in_cache('a note') and first_time_in_cache('another')

@@ -9,7 +9,7 @@ that have them, so that every timm that timm-ext admits (``timm>=1.0.23``) behav
   not load. timm 1.0.26 reads it with safetensors.
 
 train.py binds ``create_loader`` when it is imported, before it imports its ``--device-modules``: timm-ext's
-launcher (:mod:`timm_ext.launch.commands`) starts train.py through the runner :mod:`timm_ext.cli._child`,
+launcher (:mod:`timm_ext.launch.build_command`) starts train.py through the runner :mod:`timm_ext.cli._child`,
 which imports timm_ext first, on the releases that need the loader fix. Each fix wraps timm's function,
 once, and touches nothing on a timm that has the fix.
 """

@@ -17,7 +17,7 @@ import torch
 from timm.models import model_entrypoint
 from torch.utils.flop_counter import FlopCounterMode
 
-import timm_ext  # noqa: F401  (registers the models)
+import timm_ext.models  # noqa: F401  (registers the models)
 from timm_ext.papers import PAPERS, Paper
 
 __all__ = ['FAMILIES', 'ModelInfo', 'list_timm_ext_models', 'model_info', 'models_table_text', 'write_models_table']
@@ -119,7 +119,7 @@ def models_table_text() -> str:
     """``timm_ext/_data/models.tsv`` as measured now: every model's :class:`ModelInfo`, one row each. The
     command line reads the file (``timm-ext models`` answers without torch); ``tests/test_catalog.py`` checks
     that it is this text."""
-    from timm_ext_cli import MODEL_FIELDS
+    from timm_ext_cli.commands import MODEL_FIELDS
 
     lines = ['\t'.join(MODEL_FIELDS)]
     for name in list_timm_ext_models():
@@ -132,7 +132,7 @@ def models_table_text() -> str:
 
 def write_models_table() -> Path:
     """Write :func:`models_table_text` to ``timm_ext/_data/models.tsv`` (after adding or changing a model)."""
-    from timm_ext_cli import MODELS_TABLE, package_dir
+    from timm_ext_cli.commands import MODELS_TABLE, package_dir
 
     path = package_dir() / MODELS_TABLE
     path.write_text(models_table_text())

@@ -93,11 +93,6 @@ def collect(
     return DoctorReport(tuple(checks))
 
 
-def _import(module: str) -> Any:
-    """``importlib.import_module``; its own name so that tests can make a package unimportable."""
-    return importlib.import_module(module)
-
-
 def _install(dist: str, requirements: Dict[str, Requirement]) -> str:
     req = requirements.get(canonicalize_name(dist))
     return f'pip install "{req}"' if req is not None else f'pip install {dist}'
@@ -126,7 +121,7 @@ def _package(module: str, requirements: Dict[str, Requirement], dist: Optional[s
     """Import ``module``; its version, checked against timm-ext's requirement on it."""
     dist = dist or module
     try:
-        imported = _import(module)
+        imported = importlib.import_module(module)
     except Exception as e:  # ImportError, or whatever a broken install raises while importing
         return None, Check(dist, f'not importable: {type(e).__name__}: {_one_line(e)}', ok=False,
                            fix=f'{dist} cannot be imported ({_one_line(e)}): {_install(dist, requirements)}',
@@ -204,8 +199,8 @@ def _cuda_device(torch: Any, index: int) -> Dict[str, Any]:
 def _script(name: str, path: Optional[str], allow_unverified: bool, offline: List[str], timm_ok: bool,
             required: bool) -> Check:
     """Which ``name`` a run would use (given, $TIMM_EXT_TIMM_TRAIN, cache, or a download) and whether it is known."""
-    from timm_ext.launch.find import ENV_SCRIPT, ScriptError, locate_script
     from timm_ext.launch.release_table import release_table
+    from timm_ext.launch.timm_scripts import ENV_SCRIPT, ScriptError, locate_script
 
     flag = '--timm-train' if name == 'train.py' else '--timm-validate'
     if not timm_ok:
@@ -245,7 +240,7 @@ def _script(name: str, path: Optional[str], allow_unverified: bool, offline: Lis
 
 def _cache() -> Check:
     """The folder scripts are cached in; it must be writable for a download or a given file to be kept."""
-    from timm_ext.launch.find import ENV_CACHE, cache_root
+    from timm_ext.launch.timm_scripts import ENV_CACHE, cache_root
 
     root = cache_root()
     existing = next(p for p in (root, *root.parents) if p.exists())

@@ -20,7 +20,7 @@ from timm_ext.analysis._hooks import eval_mode, forward_batches, hooks, num_pref
 
 __all__ = [
     'attention_distance', 'attention_entropy', 'attention_modules', 'attention_probs', 'attention_stats',
-    'entropy_per_query', 'grid_distances',
+    'entropy_per_query', 'grid_distances', 'head_distances',
 ]
 
 _QUERIES = ('all', 'cls', 'patches')
@@ -65,7 +65,7 @@ def grid_distances(side: int, device: Optional[torch.device] = None) -> torch.Te
     return torch.cdist(p, p, p=1)
 
 
-def _distance(attn: torch.Tensor, prefix: int) -> torch.Tensor:
+def head_distances(attn: torch.Tensor, prefix: int) -> torch.Tensor:
     """Mean distance of each head (B, heads) over patch queries; self and prefix tokens excluded."""
     a = attn[..., prefix:, prefix:]
     n = a.shape[-1]
@@ -117,7 +117,7 @@ def attention_stats(
         ent = entropy_per_query(attn)  # (B, heads, N)
         ent = ent[..., :1] if queries == 'cls' else ent[..., prefix:] if queries == 'patches' else ent
         sums[idx] = sums[idx] + ent.sum(dim=(0, 2))
-        dists[idx] = dists[idx] + _distance(attn, prefix).sum(0)
+        dists[idx] = dists[idx] + head_distances(attn, prefix).sum(0)
         rows[idx].append(ent.flatten().cpu())
         tokens[idx] = attn.shape[-1]
         queries_seen[idx] += ent.shape[0] * ent.shape[2]

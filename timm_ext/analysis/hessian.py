@@ -27,9 +27,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from timm_ext._checks import positive_int, positive_number
 from timm_ext.analysis._hooks import LossFn, as_batches, eval_mode, math_attention, mean_loss, model_device
 from timm_ext.analysis._second_order import second_order_activations
+from timm_ext.arg_types import positive_int, positive_number
 
 __all__ = [
     'HessianOperator', 'hessian_lambda_max', 'hessian_max_eigenvalue_spectrum', 'hessian_spectrum_density',

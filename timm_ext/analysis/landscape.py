@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from timm_ext._checks import positive_number
 from timm_ext.analysis._hooks import LossFn, as_batches, eval_mode, mean_loss
+from timm_ext.arg_types import positive_number
 
 __all__ = ['DEFAULT_IGNORE', 'filter_normalized_direction', 'loss_landscape_1d', 'loss_landscape_2d']
 

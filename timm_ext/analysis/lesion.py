@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from timm_ext.analysis._hooks import as_batches, eval_mode, hooks, model_device
 
-__all__ = ['lesion_study', 'lesion_units']
+__all__ = ['lesion_study', 'lesion_units', 'top1_accuracy']
 
 
 def lesion_units(model: nn.Module, example: torch.Tensor) -> List[Tuple[str, str]]:
@@ -37,7 +37,8 @@ def lesion_units(model: nn.Module, example: torch.Tensor) -> List[Tuple[str, str
     return units
 
 
-def _accuracy(model: nn.Module, batches) -> float:
+def top1_accuracy(model: nn.Module, batches) -> float:
+    """Top-1 accuracy (%) of ``model`` over ``(images, labels)`` batches, on the model's device."""
     device = model_device(model)
     correct, count = 0, 0
     with torch.no_grad():
@@ -60,7 +61,7 @@ def lesion_study(
     named = dict(model.named_modules())
     result: Dict[str, float] = OrderedDict()
     with eval_mode(model):
-        baseline = _accuracy(model, batches)
+        baseline = top1_accuracy(model, batches)
         for name, how in units:
             if name not in named or how not in ('zero', 'identity'):
                 raise ValueError(f"bad lesion unit {(name, how)!r}: a module name and 'zero' or 'identity'")
@@ -68,7 +69,7 @@ def lesion_study(
                 (lambda mod, args, out: args[0])
             with hooks() as handles:
                 handles.append(named[name].register_forward_hook(fn))
-                result[name] = _accuracy(model, batches)
+                result[name] = top1_accuracy(model, batches)
             if progress is not None:
                 progress(1)
     return dict(baseline=baseline, accuracy=result)

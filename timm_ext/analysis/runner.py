@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from timm_ext._checks import positive_int
+from timm_ext.arg_types import positive_int
 
 __all__ = [
     'METRICS', 'LOSS_METRICS', 'METRIC_OPTIONS', 'MetricResult', 'build_model', 'load_batches', 'metric_options',
@@ -76,7 +76,7 @@ def build_model(
     """The model to analyse, in eval mode, with the checkpoint's weights (strict) when one is given."""
     import timm
 
-    import timm_ext  # noqa: F401 (registers the timm-ext architectures)
+    import timm_ext.models  # noqa: F401 (registers the timm-ext architectures)
 
     kwargs: Dict[str, Any] = {}
     ckpt = None

@@ -17,7 +17,7 @@ import sys
 from typing import List, Optional
 
 from timm_ext.cli._errors import CliError
-from timm_ext_cli import COMMANDS, top_level_parser
+from timm_ext_cli.commands import COMMANDS, top_level_parser
 
 __all__ = ['CliError', 'build_parser', 'main']
 
@@ -25,7 +25,7 @@ SUBCOMMANDS = tuple(COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = top_level_parser()  # the description, --version and the subcommands' help: timm_ext_cli
+    parser = top_level_parser()  # the description, --version and the subcommands' help: timm_ext_cli.commands
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND')
     subparsers.required = True
     for name in SUBCOMMANDS:

@@ -6,15 +6,15 @@ import sys
 from typing import List, Optional
 
 from timm_ext.cli._errors import CliError
-from timm_ext.launch import commands
-from timm_ext.launch.find import LATER_RELEASE, TimmScript, first_time_in_cache
+from timm_ext.launch import build_command
+from timm_ext.launch.timm_scripts import LATER_RELEASE, TimmScript, first_time_in_cache
 
 
 def resolve_script(name: str, path: Optional[str], allow_unverified: bool) -> TimmScript:
     """timm's ``name`` for the installed timm; a problem becomes a one-line CliError, notes go to stderr."""
     try:
-        script = commands.resolve_script(name, path, allow_unverified)
-    except commands.TrainConfigError as e:
+        script = build_command.resolve_script(name, path, allow_unverified)
+    except build_command.TrainConfigError as e:
         raise CliError(str(e)) from None
     for note in script.notes:
         if not note.endswith(LATER_RELEASE) or first_time_in_cache(note):
@@ -29,7 +29,7 @@ def run_child(cmd: List[str], dry_run: bool = False) -> int:
         print(line)
         return 0
     print(f'timm-ext: running {line}', file=sys.stderr, flush=True)
-    process = subprocess.Popen(cmd, env=commands.child_env())
+    process = subprocess.Popen(cmd, env=build_command.child_env())
     try:
         code = process.wait()
     except KeyboardInterrupt:

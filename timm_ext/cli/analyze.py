@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from timm_ext.cli._errors import CliError
-from timm_ext_cli import COMMANDS
+from timm_ext_cli.commands import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

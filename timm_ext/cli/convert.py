@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 from timm.utils import ParseKwargs
 
 from timm_ext.cli._errors import CliError
-from timm_ext_cli import COMMANDS
+from timm_ext_cli.commands import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

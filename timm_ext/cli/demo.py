@@ -4,7 +4,7 @@ import sys
 from typing import List
 
 from timm_ext.cli._errors import CliError
-from timm_ext_cli import COMMANDS
+from timm_ext_cli.commands import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -42,7 +42,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, extra: List[str]) -> int:
     from timm_ext.demo import run_demo
-    from timm_ext.launch.commands import TrainConfigError
+    from timm_ext.launch.build_command import TrainConfigError
 
     for option in ('model', 'baseline'):
         if getattr(args, option) is not None:

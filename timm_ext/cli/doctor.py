@@ -4,7 +4,7 @@ import json
 import sys
 from typing import List
 
-from timm_ext_cli import COMMANDS
+from timm_ext_cli.commands import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

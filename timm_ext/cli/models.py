@@ -2,7 +2,7 @@
 import argparse
 from typing import List
 
-from timm_ext_cli import COMMANDS, print_models
+from timm_ext_cli.commands import COMMANDS, print_models
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import List
 
 from timm_ext.cli._errors import CliError
-from timm_ext_cli import COMMANDS
+from timm_ext_cli.commands import COMMANDS
 
 DEFAULT_NAME = 'train_timm_ext.py'
 

@@ -3,7 +3,7 @@ import argparse
 from typing import List
 
 from timm_ext.cli._errors import CliError
-from timm_ext_cli import COMMANDS
+from timm_ext_cli.commands import COMMANDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

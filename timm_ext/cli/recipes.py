@@ -6,7 +6,7 @@ from typing import List, Optional
 
 from timm_ext.cli._errors import CliError
 from timm_ext.cli._scripts import resolve_script
-from timm_ext.launch.find import load_script_parser
+from timm_ext.launch.timm_scripts import load_script_parser
 from timm_ext.recipes import (
     PaperRow,
     RecipeError,
@@ -24,7 +24,7 @@ from timm_ext.recipes import (
     readme_with_index,
     recipes_dir,
 )
-from timm_ext_cli import COMMANDS, print_recipe_list
+from timm_ext_cli.commands import COMMANDS, print_recipe_list
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -7,10 +7,10 @@ from typing import List
 
 from timm_ext.cli._errors import CliError
 from timm_ext.cli._scripts import resolve_script, run_child
-from timm_ext.launch.commands import TrainCommand, TrainConfigError, build_train_command
+from timm_ext.launch.build_command import TrainCommand, TrainConfigError, build_train_command
 from timm_ext.launch.distributed import DEFAULT_PORT, DEFAULT_RDZV_BACKEND, LaunchError, resolve_launch
 from timm_ext.launch.resume import resume_command, run_folder
-from timm_ext_cli import COMMANDS
+from timm_ext_cli.commands import COMMANDS
 
 PASSTHROUGH = True
 

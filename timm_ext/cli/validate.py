@@ -5,10 +5,10 @@ from typing import List
 
 from timm_ext.cli._errors import CliError
 from timm_ext.cli._scripts import resolve_script, run_child
-from timm_ext.launch.commands import TrainConfigError, build_validate_command
-from timm_ext.launch.find import ScriptError, load_script_parser
+from timm_ext.launch.build_command import TrainConfigError, build_validate_command
 from timm_ext.launch.from_run import RunError, validate_command_from_run
-from timm_ext_cli import COMMANDS
+from timm_ext.launch.timm_scripts import ScriptError, load_script_parser
+from timm_ext_cli.commands import COMMANDS
 
 PASSTHROUGH = True
 

@@ -14,11 +14,11 @@ timm-ext is unknown to ``timm.create_model`` until this package is imported.
 """
 from timm_ext.hub._card import PAPERS, CardInfo, model_card
 from timm_ext.hub._checkpoint import Checkpoint, load_checkpoint, load_weights
-from timm_ext.hub._errors import HubError
 from timm_ext.hub._files import save_safetensors
 from timm_ext.hub._folder import CARD_NAME, CONFIG_NAME, WEIGHTS_NAME, check_folder, export, hub_config
 from timm_ext.hub._load import load_model
 from timm_ext.hub._push import PushResult, push
+from timm_ext.load_errors import HubError
 
 __all__ = [
     'CARD_NAME', 'CONFIG_NAME', 'PAPERS', 'WEIGHTS_NAME', 'CardInfo', 'Checkpoint', 'HubError', 'PushResult',

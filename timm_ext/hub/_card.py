@@ -37,7 +37,7 @@ class CardInfo:
 
 def model_card(config: Dict[str, Any], info: CardInfo, num_params: Optional[int] = None) -> str:
     """The README.md text for a folder whose config.json is ``config``."""
-    from timm_ext.hub._errors import HubError
+    from timm_ext.load_errors import HubError
 
     if info.top1 is not None and not 0.0 <= float(info.top1) <= 100.0:
         raise HubError(f'top1={info.top1} must be a percentage between 0 and 100')
@@ -66,7 +66,7 @@ def model_card(config: Dict[str, Any], info: CardInfo, num_params: Optional[int]
 
 def _recipe(name: str) -> Dict[str, Any]:
     """The recipe's file, header comment and recipes/index.csv row (paper, table, row, expected top-1)."""
-    from timm_ext.hub._errors import HubError
+    from timm_ext.load_errors import HubError
     from timm_ext.recipes import RecipeError, find_recipe, recipes_dir
     try:
         path = find_recipe(name)

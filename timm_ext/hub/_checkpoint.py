@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 import torch.nn as nn
 
-from timm_ext.hub._errors import HubError, first_line
 from timm_ext.hub._format import SAFETENSORS, TAR, checkpoint_format, pickled_globals
+from timm_ext.load_errors import HubError, first_line
 
 __all__ = ['Checkpoint', 'load_checkpoint', 'load_weights']
 

@@ -7,7 +7,6 @@ that function differs across releases: timm 1.0.28 writes a pickle by default, r
 through a ``state_dict`` overlay. Only safetensors is written: timm 1.0.28's ``local-dir:`` loads
 ``*.bin`` / ``*.pth`` / ``*.pth.tar`` over ``model.safetensors`` when both are present.
 """
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -16,16 +15,14 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import timm
 import torch.nn as nn
 from timm.layers import to_2tuple
-from timm.models import PretrainedCfg, get_arch_name, is_model
+from timm.models import get_arch_name, is_model
 
 from timm_ext.hub._card import CardInfo, model_card
-from timm_ext.hub._errors import HubError, first_line
 from timm_ext.hub._files import save_safetensors
+from timm_ext.load_errors import CFG_FIELDS, CONFIG_NAME, WEIGHTS_NAME, HubError, first_line, unknown_architecture
 
 __all__ = ['CARD_NAME', 'CONFIG_NAME', 'WEIGHTS_NAME', 'check_folder', 'export', 'hub_config']
 
-WEIGHTS_NAME = 'model.safetensors'
-CONFIG_NAME = 'config.json'
 CARD_NAME = 'README.md'
 _OURS = (WEIGHTS_NAME, CONFIG_NAME, CARD_NAME)
 # weight files timm's local-dir/hf-hub loaders may pick up instead of (or next to) model.safetensors
@@ -33,7 +30,6 @@ _WEIGHT_SUFFIXES = ('.safetensors', '.bin', '.pth', '.pth.tar', '.pt', '.ckpt', 
 # where the source weights came from and what they were: wrong for the exported weights
 _SOURCE_KEYS = ('url', 'file', 'state_dict', 'hf_hub_id', 'hf_hub_filename', 'source', 'tag', 'origin_url', 'notes',
                 'description')
-CFG_FIELDS = tuple(f.name for f in dataclasses.fields(PretrainedCfg))
 # create_model arguments that place or wrap the model, not describe it (as timm >= 1.0.31 excludes them)
 _RUNTIME_ARGS = ('device', 'dtype', 'pretrained_model_args', 'pretrained_cfg', 'pretrained_cfg_overlay', 'cache_dir',
                  'checkpoint_path', 'pretrained_strict', 'scriptable', 'exportable', 'no_jit', 'features_only',
@@ -214,13 +210,6 @@ def _read_config(path: Path, shown: Path) -> Dict[str, Any]:
         raise HubError(f'{shown}: pretrained_cfg key {unknown[0]!r} is not a field of timm {timm.__version__}\'s '
                        f'PretrainedCfg; remove it')
     return config
-
-
-def unknown_architecture(arch: str, config_path: Union[str, Path]) -> str:
-    """The message for a config.json whose architecture no imported module registered."""
-    return (f'{config_path} names architecture {arch!r}, which is not registered with timm: `import timm_ext` '
-            f'before timm.create_model (`--device-modules timm_ext` for train.py); if it is imported, a newer '
-            f'timm-ext or timm defines {arch!r}')
 
 
 def _safetensors_shapes(path: Path, shown: Path) -> Dict[str, Tuple[int, ...]]:

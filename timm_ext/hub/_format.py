@@ -18,7 +18,7 @@ from typing import List, Optional
 
 import torch
 
-from timm_ext.hub._errors import HubError, first_line
+from timm_ext.load_errors import HubError, first_line
 
 __all__ = ['LEGACY', 'SAFETENSORS', 'TAR', 'ZIP', 'checkpoint_format', 'pickled_globals']
 

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from timm_ext.hub._errors import HubError, first_line
 from timm_ext.hub._folder import check_folder
+from timm_ext.load_errors import HubError, first_line
 
 __all__ = ['PushResult', 'push']
 

@@ -272,7 +272,7 @@ def fit_problem(run: RunSettings, model_name: str, model_kwargs: Dict[str, Any],
     import timm
     import torch
 
-    import timm_ext  # noqa: F401 (registers the timm-ext architectures)
+    import timm_ext.models  # noqa: F401 (registers the timm-ext architectures)
 
     if not timm.is_model(model_name):
         return None  # the model checks name an unknown model

@@ -12,10 +12,10 @@ from typing import Dict, List, Union
 
 from packaging.version import Version
 
-__all__ = ['SCRIPT_NAMES', 'ScriptRelease', 'check_name', 'release_table', 'sha256_of', 'tags_of']
+__all__ = ['SCRIPT_NAMES', 'ScriptRelease', 'TABLE_PATH', 'check_name', 'release_table', 'sha256_of', 'tags_of']
 
 SCRIPT_NAMES = ('train.py', 'validate.py')
-_TABLE = Path(__file__).resolve().parents[1] / '_data' / 'timm_scripts.tsv'
+TABLE_PATH = Path(__file__).resolve().parents[1] / '_data' / 'timm_scripts.tsv'
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ScriptRelease:
 def release_table() -> Dict[str, ScriptRelease]:
     """The shipped sha256 table, oldest release first."""
     rows = {}
-    lines = _TABLE.read_text().splitlines()
+    lines = TABLE_PATH.read_text().splitlines()
     for line in lines[1:]:
         if not line.strip():
             continue

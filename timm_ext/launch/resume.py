@@ -1,57 +1,16 @@
-"""``--resume``: which optimizer a checkpoint holds, before train.py loads it, and the command that resumes a run.
+"""The run an interrupted ``timm-ext train`` leaves behind, and the exact command that continues it.
 
-train.py's ``--resume`` loads the checkpoint's optimizer state into whatever optimizer this run builds: AdamW's
-moments into SAM's base optimizer, SAM's into plain AdamW, SGD's momentum into an Adam. Nothing says so, and
-the run continues with a state that belongs to another optimizer. :func:`resume_problems` reads the checkpoint
-(weights-only) first and refuses a mismatch unless ``--no-resume-opt`` is given (train.py's own flag: the
-weights load, the optimizer starts fresh). :func:`run_folder` and :func:`resume_command` give the exact command
-that continues an interrupted run in its own folder.
+train.py writes a run to ``--output`` / ``--experiment`` (a folder named after the start time when no experiment
+is given). :func:`run_folder` finds it and :func:`resume_command` gives the command line that resumes it in the
+same folder. (Whether a ``--resume`` checkpoint fits this run's optimizer is checked before launch:
+:mod:`timm_ext.launch.command_checks`.)
 """
 import argparse
 import shlex
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
-__all__ = ['optimizer_label', 'resume_command', 'resume_problems', 'run_folder']
-
-
-def optimizer_label(opt: str) -> str:
-    """``opt`` as timm's factory reads it, with its kind: ``samadamw (SAM)``, ``adamw (plain)``."""
-    from timm_ext.recipes.checks import is_sam_optimizer
-
-    return f'{opt} ({"SAM" if is_sam_optimizer(opt) else "plain"})'
-
-
-def _factory_name(opt: str) -> str:
-    return str(opt).lower().split('_')[-1]  # timm's factory reads the text after the last underscore
-
-
-def resume_problems(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
-    """(problems, notes) of ``--resume``: the checkpoint's optimizer against this run's, one line each."""
-    path = getattr(args, 'resume', '')
-    if not path:
-        return [], []
-    from timm_ext.hub import HubError, load_checkpoint
-    from timm_ext.recipes.checks import is_sam_optimizer
-
-    try:
-        ckpt = load_checkpoint(path)
-    except HubError as e:
-        return [f'--resume: {e}'], []
-    saved_opt = ckpt.train_args.get('opt')
-    epoch = f', epoch {ckpt.epoch}: train.py continues at epoch {ckpt.epoch + 1}' if ckpt.epoch is not None else ''
-    if args.no_resume_opt or ckpt.optimizer_is_sam is None or not isinstance(saved_opt, str):
-        state = 'no optimizer state' if ckpt.optimizer_is_sam is None else (
-            'its optimizer state is not loaded (--no-resume-opt)' if args.no_resume_opt else 'an optimizer state')
-        return [], [f'--resume {path}: weights of {ckpt.arch or "the model"}, {state}{epoch}']
-    saved_sam, this_sam = ckpt.optimizer_is_sam, is_sam_optimizer(args.opt)
-    if saved_sam != this_sam or _factory_name(saved_opt) != _factory_name(args.opt):
-        kind = 'SAM' if saved_sam else 'plain'
-        return [f'--resume {path} holds the state of {saved_opt} ({kind}), and this run builds '
-                f'{optimizer_label(args.opt)}: train.py would load one optimizer\'s state into the other; resume '
-                f'with --opt {saved_opt}, or add --no-resume-opt to load the weights and start the optimizer '
-                f'fresh'], []
-    return [], [f'--resume {path}: weights and the state of {optimizer_label(saved_opt)}{epoch}']
+__all__ = ['resume_command', 'run_folder']
 
 
 def run_folder(args: argparse.Namespace, started: Optional[float] = None) -> Optional[Path]:

@@ -30,7 +30,8 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import torch
 
-__all__ = ['RNG_KEY', 'install_train_py_hooks', 'is_train_py', 'random_state', 'set_random_state']
+__all__ = ['RNG_KEY', 'continuing_summary', 'install_train_py_hooks', 'is_train_py', 'random_state',
+           'set_random_state']
 
 RNG_KEY = 'timm_ext_random_state'  # the key in the optimizer's state dict
 _MARK = '_timm_ext_train_py_hook'
@@ -111,7 +112,8 @@ def _header_of_row(epoch: Any, train_metrics: Dict[str, Any], eval_metrics: Opti
     return header + (['lr'] if lr is not None else [])
 
 
-def _continuing_summary(update_summary: Callable[..., Any]) -> Callable[..., Any]:
+def continuing_summary(update_summary: Callable[..., Any]) -> Callable[..., Any]:
+    """``update_summary`` that writes no second header into a run's own summary.csv (a resumed run continues it)."""
     signature = inspect.signature(update_summary)
 
     @functools.wraps(update_summary)
@@ -144,7 +146,7 @@ def install_train_py_hooks() -> List[str]:
         registry.create_optimizer = _checkpointing_random_state(registry.create_optimizer)
     hooked.append('random state in the optimizer\'s state dict')
     if not getattr(timm.utils.update_summary, _MARK, False):
-        timm.utils.update_summary = _continuing_summary(timm.utils.update_summary)
+        timm.utils.update_summary = continuing_summary(timm.utils.update_summary)
     hooked.append('summary.csv continued on resume')
     return hooked
 

@@ -23,13 +23,14 @@ import torch
 import torch.nn as nn
 from timm.layers import Format, Mlp, _assert, get_channel_dim, get_spatial_dim
 
-__all__ = ['ContextBroadcast', 'CBMlp']
+__all__ = ['ContextBroadcast', 'CBMlp', 'check_cb_init']
 
 _NDIM = {Format.NLC: 3, Format.NCL: 3, Format.NCHW: 4, Format.NHWC: 4}
 
 
-def _check_init_value(init_value: Optional[float], scaled: bool, name: str) -> None:
-    """``init_value`` is CB_S's initial Lambda: a real number, and only meaningful when ``scaled``."""
+def check_cb_init(init_value: Optional[float], scaled: bool, name: str = 'cb_init') -> None:
+    """``init_value`` (the argument ``name``) is CB_S's initial Lambda: a real number, and only meaningful when
+    ``scaled``; shared by the layers, the CB models and the retrofit, so each refuses it with the same line."""
     if init_value is None:
         return
     if isinstance(init_value, bool) or not isinstance(init_value, numbers.Real):
@@ -71,7 +72,7 @@ class ContextBroadcast(nn.Module):
         super().__init__()
         if scaled and (dim is None or dim <= 0):
             raise ValueError(f'ContextBroadcast(scaled=True) needs the channel count dim > 0, got dim={dim!r}.')
-        _check_init_value(init_value, scaled, 'init_value')
+        check_cb_init(init_value, scaled, 'init_value')
         if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
             raise ValueError(f'num_prefix_tokens must be an int >= 0, got {num_prefix_tokens!r}.')
         if input_fmt not in _NDIM:
@@ -148,7 +149,7 @@ class CBMlp(Mlp):
             device=None,
             dtype=None,
     ) -> None:
-        _check_init_value(cb_init, cb_scaled, 'cb_init')
+        check_cb_init(cb_init, cb_scaled, 'cb_init')
         super().__init__(
             in_features, hidden_features, out_features, act_layer=act_layer, norm_layer=norm_layer, bias=bias,
             drop=drop, use_conv=use_conv, device=device, dtype=dtype)

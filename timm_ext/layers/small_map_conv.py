@@ -30,8 +30,8 @@ from timm.layers import get_padding, register_notrace_module
 from timm_ext.layers.memory_format import is_channels_last
 
 __all__ = [
-    'SMALL_MAP_PIXELS', 'SmallMapConv2d', 'clear_small_map_routes', 'create_small_map_conv2d',
-    'set_small_map_autotune', 'small_map_autotune', 'small_map_autotune_enabled']
+    'SMALL_MAP_PIXELS', 'SmallMapConv2d', 'autotune_from_env', 'clear_small_map_routes', 'create_small_map_conv2d',
+    'median_seconds', 'set_small_map_autotune', 'small_map_autotune', 'small_map_autotune_enabled']
 
 # Output maps of at most this many pixels are candidates for the small-map route: 7 x 7 (ImageNet's last stage)
 # and below. 8 x 8 and larger maps were faster through nn.Conv2d on both CPUs measured (docs/alternet.md#speed).
@@ -41,7 +41,8 @@ AUTOTUNE_ENV = 'TIMM_EXT_SMALL_MAP_AUTOTUNE'
 AUTOTUNE_REPS = 3  # timed calls per route after one warm-up; the median is compared
 
 
-def _autotune_from_env() -> bool:
+def autotune_from_env() -> bool:
+    """The ``TIMM_EXT_SMALL_MAP_AUTOTUNE`` switch (1, the default, or 0); a one-line error for anything else."""
     value = os.environ.get(AUTOTUNE_ENV, '1').strip()
     if value not in ('0', '1'):
         raise ValueError(
@@ -49,7 +50,7 @@ def _autotune_from_env() -> bool:
     return value == '1'
 
 
-_autotune = _autotune_from_env()
+_autotune = autotune_from_env()
 _routes: Dict[tuple, bool] = {}  # route key -> takes the small-map route
 
 
@@ -80,7 +81,7 @@ def clear_small_map_routes() -> None:
     _routes.clear()
 
 
-def _median_seconds(routes: Dict[str, Callable[[], None]], reps: int = AUTOTUNE_REPS) -> Dict[str, float]:
+def median_seconds(routes: Dict[str, Callable[[], None]], reps: int = AUTOTUNE_REPS) -> Dict[str, float]:
     """Median wall time per call of each route, after one warm-up, run in turn (A, B, A, B, ...) so that machine
     noise hits both."""
     for fn in routes.values():
@@ -116,7 +117,7 @@ class SmallMapConv2d(nn.Conv2d):
         and (with autotuning on) the small-map route timed faster for this shape."""
         if not (x.is_cpu and x.dim() == 4 and is_channels_last(x)):
             return False
-        out_h, out_w = self._output_size(x.shape[-2], x.shape[-1])
+        out_h, out_w = self.output_size(x.shape[-2], x.shape[-1])
         if out_h * out_w > self.small_map_pixels:
             return False
         if torch.jit.is_scripting():
@@ -162,12 +163,12 @@ class SmallMapConv2d(nn.Conv2d):
                     torch.autograd.grad(y, needs_grad, torch.ones_like(y))
             return call
 
-        times = _median_seconds({'conv2d': run(self._conv_forward), 'small_map': run(self._small_map_forward)})
+        times = median_seconds({'conv2d': run(self._conv_forward), 'small_map': run(self._small_map_forward)})
         return times['small_map'] < times['conv2d']
 
     def _small_map_forward(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         if self._is_pointwise():
-            out_h, out_w = self._output_size(x.shape[-2], x.shape[-1])
+            out_h, out_w = self.output_size(x.shape[-2], x.shape[-1])
             return self._pointwise_gemm(x, weight, bias, out_h, out_w)
         y = self._conv_forward(x.contiguous(), weight, bias)
         return y.contiguous(memory_format=torch.channels_last)
@@ -178,7 +179,8 @@ class SmallMapConv2d(nn.Conv2d):
             and self.padding_mode == 'zeros' and not isinstance(self.padding, str)
             and self.padding[0] == 0 and self.padding[1] == 0)
 
-    def _output_size(self, height: int, width: int) -> Tuple[int, int]:
+    def output_size(self, height: int, width: int) -> Tuple[int, int]:
+        """The output map's (height, width) for an input map of ``height`` x ``width``."""
         if isinstance(self.padding, str):  # 'same' keeps the size (stride 1 only); 'valid' pads nothing
             if self.padding == 'same':
                 return height, width

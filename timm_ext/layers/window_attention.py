@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from timm.layers import register_notrace_function, trunc_normal_
 from timm.models.swin_transformer import get_relative_position_index
 
-from timm_ext._checks import positive_int
+from timm_ext.arg_types import positive_int
 from timm_ext.layers.memory_format import contiguous_like, is_channels_last
 
 __all__ = [

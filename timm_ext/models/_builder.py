@@ -10,6 +10,8 @@ from typing import Any, Callable, Dict, Optional
 import torch.nn as nn
 from timm.models import build_model_with_cfg, resolve_pretrained_cfg
 
+from timm_ext.load_errors import HubError, explain_load_error
+
 __all__ = ['build_timm_ext_model']
 
 
@@ -45,8 +47,6 @@ def build_timm_ext_model(model_cls: Callable[..., nn.Module], variant: str, pret
         name = _hub_model_name(kwargs) if pretrained else None
         if name is None:
             raise
-        from timm_ext.hub import HubError  # the hub's checks, imported only on this error path
-        from timm_ext.hub._load import explain_load_error
         message = explain_load_error(name, kwargs.get('cache_dir'), e, pretrained)
         if message is None:
             raise

@@ -33,8 +33,8 @@ from timm.layers import (
 from timm.models import checkpoint_seq, generate_default_cfgs, register_model
 from timm.models.resnetv2 import DownsampleConv, PreActBasic, PreActBottleneck
 
-from timm_ext._checks import is_positive_int, positive_int
 from timm_ext._timm_compat import feature_take_indices
+from timm_ext.arg_types import is_positive_int, positive_int
 from timm_ext.layers.memory_format import contiguous_like
 from timm_ext.layers.small_map_conv import create_small_map_conv2d
 from timm_ext.layers.window_attention import WindowAttention2d

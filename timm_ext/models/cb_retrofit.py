@@ -15,10 +15,10 @@ from timm.models.pit import PoolingVisionTransformer
 from timm.models.vision_transformer import Block, VisionTransformer
 
 from timm_ext.layers import CBMlp
-from timm_ext.layers.context_broadcast import _check_init_value
+from timm_ext.layers.context_broadcast import check_cb_init
 
 __all__ = [
-    'add_context_broadcast', 'cb_scale_names', 'check_cb_init', 'fill_missing_cb_scales', 'mlp_branches',
+    'add_context_broadcast', 'cb_scale_names', 'fill_missing_cb_scales', 'mlp_branches',
     'resolve_cb_layers', 'CBLayers',
 ]
 
@@ -95,7 +95,7 @@ def add_context_broadcast(
     Returns:
         The same model object, modified.
     """
-    _check_init_value(init_value, scaled, 'init_value')
+    check_cb_init(init_value, scaled, 'init_value')
     branches = mlp_branches(model)
     chosen = resolve_cb_layers(layers, len(branches))
     num_prefix = getattr(model, 'num_prefix_tokens', getattr(model, 'num_tokens', 0)) if patch_mean else 0
@@ -110,11 +110,6 @@ def add_context_broadcast(
 def cb_scale_names(model: nn.Module) -> Set[str]:
     """Parameter names of every CB_S Lambda in ``model`` (for ``no_weight_decay``)."""
     return {n for n, _ in model.named_parameters() if n.endswith('.cb.gamma')}
-
-
-def check_cb_init(cb_init: Optional[float], cb_scaled: bool) -> None:
-    """``cb_init`` of a CB model: a number, and only with ``cb_scaled=True`` (plain CB has no Lambda)."""
-    _check_init_value(cb_init, cb_scaled, 'cb_init')
 
 
 def fill_missing_cb_scales(state_dict: Dict[str, torch.Tensor], model: nn.Module) -> Dict[str, torch.Tensor]:

@@ -14,12 +14,12 @@ from timm.models import generate_default_cfgs, register_model
 from timm.models.mlp_mixer import MlpMixer
 from timm.models.mlp_mixer import checkpoint_filter_fn as _mixer_checkpoint_filter_fn
 
+from timm_ext.layers.context_broadcast import check_cb_init
 from timm_ext.models._mixer import create_mixer, mixer_cfg
 from timm_ext.models.cb_retrofit import (
     CBLayers,
     add_context_broadcast,
     cb_scale_names,
-    check_cb_init,
     fill_missing_cb_scales,
     resolve_cb_layers,
 )

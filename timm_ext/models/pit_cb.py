@@ -17,13 +17,13 @@ from timm.models import checkpoint_seq, generate_default_cfgs, register_model
 from timm.models.pit import PoolingVisionTransformer
 from timm.models.pit import checkpoint_filter_fn as _pit_checkpoint_filter_fn
 
+from timm_ext.layers.context_broadcast import check_cb_init
 from timm_ext.models._builder import build_timm_ext_model
 from timm_ext.models._cfgs import model_cfg
 from timm_ext.models.cb_retrofit import (
     CBLayers,
     add_context_broadcast,
     cb_scale_names,
-    check_cb_init,
     fill_missing_cb_scales,
     resolve_cb_layers,
 )

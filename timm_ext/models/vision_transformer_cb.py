@@ -17,13 +17,13 @@ import torch
 from timm.models import generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer
 
+from timm_ext.layers.context_broadcast import check_cb_init
 from timm_ext.models._cfgs import model_cfg
 from timm_ext.models._stem import create_stem_vit, vit_stem_checkpoint_filter_fn
 from timm_ext.models.cb_retrofit import (
     CBLayers,
     add_context_broadcast,
     cb_scale_names,
-    check_cb_init,
     fill_missing_cb_scales,
     resolve_cb_layers,
 )

@@ -6,7 +6,7 @@ from typing import Callable, ContextManager, Dict, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-__all__ = ['all_reduce_mean', 'no_sync_of', 'sync_context', 'world_size']
+__all__ = ['NoSync', 'all_reduce_mean', 'no_sync_of', 'sync_context', 'world_size']
 
 NoSync = Optional[Callable[[], ContextManager]]
 

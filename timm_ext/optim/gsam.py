@@ -23,13 +23,14 @@ without a layer-decay ``lr_scale`` (timm's schedulers write ``value * lr_scale``
 ``rho_min = 0`` that would be a negative radius).
 """
 import math
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
+import torch.nn as nn
 
-from timm_ext.optim._compat import total_norm
 from timm_ext.optim.sam import SAM
 from timm_ext.optim.sam_settings import GSAM_ALPHA, GSAM_RHO_MAX, GSAM_RHO_MIN, GSAMSettings
+from timm_ext.optim.torch_compat import total_norm
 
 __all__ = ['GSAM', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN']
 
@@ -48,14 +49,34 @@ class GSAM(SAM):
         lr_min: the schedule's lowest learning rate (train.py's ``min_lr``).
         adaptive, eta, clip_grad, clip_mode, model, interval, m_sharpness: as for :class:`SAM`.
         **base_kwargs: davda54/sam style: the base optimizer's arguments.
-
-    The settings are declared once, in :class:`timm_ext.optim.sam_settings.GSAMSettings`.
     """
-
-    _keeps_clean_grad = True
     Settings = GSAMSettings
+    needs_clean_gradient = True
 
-    def _post_init(self) -> None:
+    def __init__(
+            self,
+            params: Any,
+            base_optimizer: Optional[type] = None,
+            rho_max: float = GSAM_RHO_MAX,
+            rho_min: float = GSAM_RHO_MIN,
+            alpha: float = GSAM_ALPHA,
+            lr_max: Optional[float] = None,
+            lr_min: float = 0.0,
+            adaptive: bool = False,
+            eta: float = 0.01,
+            clip_grad: Optional[float] = None,
+            clip_mode: str = 'norm',
+            model: Optional[nn.Module] = None,
+            interval: int = 1,
+            m_sharpness: Optional[int] = None,
+            **base_kwargs: Any,
+    ) -> None:
+        if 'rho' in base_kwargs:
+            raise TypeError(f'GSAM got rho={base_kwargs["rho"]!r}: its radius is scheduled between rho_min and '
+                            f'rho_max, give those instead')
+        super().__init__(params, base_optimizer, adaptive=adaptive, eta=eta, clip_grad=clip_grad,
+                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness,
+                         rho_max=rho_max, rho_min=rho_min, alpha=alpha, lr_max=lr_max, lr_min=lr_min, **base_kwargs)
         if self.settings.lr_max is None:
             self.settings = self.settings.replace(' (lr_max = the initial lr)', lr_max=self._schedule_lr())
 
@@ -75,13 +96,13 @@ class GSAM(SAM):
         ratio = (self._schedule_lr() - s.lr_min) / (s.lr_max - s.lr_min)
         return max(0.0, s.rho_min + (s.rho_max - s.rho_min) * ratio)
 
-    def _prepare_sam_step(self) -> None:
+    def prepare_sam_step(self) -> None:
         rho = self.current_rho()
         for group in self.param_groups:
             group['rho'] = rho
 
     @torch.no_grad()
-    def _transform_second_grad(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
+    def adjust_sam_gradient(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
         """h <- h - alpha (g - (g.h / ||h||^2) h) over all parameters (one global projection)."""
         pairs = [(p.grad, clean[p]) for p in params if p in clean]
         alpha = self.settings.alpha

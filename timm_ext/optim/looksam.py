@@ -22,13 +22,14 @@ What is ours: everything SAM has (train.py replay, which LookSAM skips on reuse 
 fp16 GradScaler; accumulation; DDP; m-sharpness; resume with g_v in the state dict).
 """
 import math
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
+import torch.nn as nn
 
-from timm_ext.optim._compat import total_norm
 from timm_ext.optim.sam import SAM
-from timm_ext.optim.sam_settings import LOOKSAM_ALPHA, LOOKSAM_INTERVAL, LookSAMSettings
+from timm_ext.optim.sam_settings import LOOKSAM_ALPHA, LOOKSAM_INTERVAL, SAM_RHO, LookSAMSettings
+from timm_ext.optim.torch_compat import total_norm
 
 __all__ = ['LookSAM', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL']
 
@@ -44,21 +45,32 @@ class LookSAM(SAM):
         interval: k, a full SAM step every k-th step (the first one included).
         adaptive, eta, clip_grad, clip_mode, model, m_sharpness: as for :class:`SAM`.
         **base_kwargs: davda54/sam style: the base optimizer's arguments.
-
-    The settings are declared once, in :class:`timm_ext.optim.sam_settings.LookSAMSettings`.
     """
-
-    _keeps_clean_grad = True
     Settings = LookSAMSettings
+    needs_clean_gradient = True
 
-    def _post_init(self) -> None:
-        self._gv: Dict[torch.Tensor, torch.Tensor] = {}
-
-    def _extra_persistent(self) -> Tuple[str, ...]:
-        return ('_gv',)
+    def __init__(
+            self,
+            params: Any,
+            base_optimizer: Optional[type] = None,
+            rho: float = SAM_RHO,
+            alpha: float = LOOKSAM_ALPHA,
+            interval: int = LOOKSAM_INTERVAL,
+            adaptive: bool = False,
+            eta: float = 0.01,
+            clip_grad: Optional[float] = None,
+            clip_mode: str = 'norm',
+            model: Optional[nn.Module] = None,
+            m_sharpness: Optional[int] = None,
+            **base_kwargs: Any,
+    ) -> None:
+        super().__init__(params, base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad,
+                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness, alpha=alpha,
+                         **base_kwargs)
+        self._gv: Dict[torch.Tensor, torch.Tensor] = {}  # g_v of the last SAM step, per parameter
 
     @torch.no_grad()
-    def _after_sam_step(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
+    def observe_sam_gradient(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
         """g_v = g_s - (g.g_s / ||g||^2) g, kept until the next SAM step."""
         pairs = [(p, p.grad, clean[p]) for p in params if p in clean and p.grad is not None]
         if not pairs or not math.isfinite(float(total_norm([s for _, s, _ in pairs]))):
@@ -72,7 +84,7 @@ class LookSAM(SAM):
             self._gv[p] = torch.add(s, g, alpha=-coef)
 
     @torch.no_grad()
-    def _adjust_plain_grad(self, params: List[torch.Tensor]) -> None:
+    def adjust_plain_gradient(self, params: List[torch.Tensor]) -> None:
         """g <- g + alpha (||g|| / ||g_v||) g_v (nothing before the first SAM step)."""
         pairs = [(p.grad, self._gv[p]) for p in params if p in self._gv]
         alpha = self.settings.alpha
@@ -84,32 +96,23 @@ class LookSAM(SAM):
         g_norm = float(total_norm([p.grad for p in params]))
         torch._foreach_add_([g for g, _ in pairs], [v for _, v in pairs], alpha=alpha * g_norm / gv_norm)
 
-    # ---- state dict: g_v travels with SAM's settings, in parameter order --------------------------
+    # ---- state dict: g_v travels in the "sam" entry, in parameter order --------------------------
 
-    def _sam_state(self) -> Dict[str, Any]:
-        params = list(self._params())
-        gv = [self._gv[p] for p in params] if self._gv else None
-        if gv is not None and any(v is None for v in gv):
-            gv = [self._gv.get(p) for p in params]
-        return dict(super()._sam_state(), looksam_gv=gv)
+    def _params(self) -> List[torch.Tensor]:
+        return [p for group in self.param_groups for p in group['params']]
 
-    def _checked_sam_state(self, sam_state: Any) -> Dict[str, Any]:
-        merged = super()._checked_sam_state(sam_state)
-        gv = merged['looksam_gv']
-        if gv is not None:
-            params = list(self._params())
-            if not isinstance(gv, (list, tuple)) or len(gv) != len(params) or any(
-                    v is not None and (not isinstance(v, torch.Tensor) or v.shape != p.shape)
-                    for v, p in zip(gv, params)):
-                raise ValueError(f'LookSAM looksam_gv in the loaded state dict must be a list of {len(params)} '
-                                 f'tensors shaped like the parameters (or None)')
-        return merged
+    def extra_state(self) -> Dict[str, Any]:
+        gv = [self._gv.get(p) for p in self._params()] if self._gv else None
+        return {'looksam_gv': gv}
 
-    def _apply_sam_state(self, settings: Dict[str, Any]) -> None:
-        super()._apply_sam_state(settings)
-        gv = settings['looksam_gv']
-        self._gv = {}
-        if gv is not None:
-            for p, v in zip(self._params(), gv):
-                if v is not None:
-                    self._gv[p] = v.detach().to(device=p.device, dtype=p.dtype, copy=True)
+    def check_extra_state(self, entry: Dict[str, Any]) -> None:
+        gv = entry['looksam_gv']
+        params = self._params()
+        if gv is not None and (not isinstance(gv, (list, tuple)) or len(gv) != len(params) or any(
+                v is not None and (not isinstance(v, torch.Tensor) or v.shape != p.shape) for v, p in zip(gv, params))):
+            raise ValueError(f'LookSAM looksam_gv in the loaded state dict must be a list of {len(params)} '
+                             f'tensors shaped like the parameters (or None)')
+
+    def load_extra_state(self, entry: Dict[str, Any]) -> None:
+        self._gv = {p: v.detach().to(device=p.device, dtype=p.dtype, copy=True)
+                    for p, v in zip(self._params(), entry['looksam_gv'] or []) if v is not None}

@@ -22,9 +22,10 @@ from typing import Any, List, Optional
 
 import torch
 
-from timm_ext.optim._compat import total_norm
+from timm_ext.optim.torch_compat import total_norm
 
-__all__ = ['GradScalerArgument', 'GradScalerAttributes', 'LossScaling', 'NO_SCALING', 'SecondPassScale']
+__all__ = ['GradScalerArgument', 'GradScalerAttributes', 'LossScaling', 'NO_SCALING', 'SecondPassScale',
+           'explicit_scaling', 'scaling_for']
 
 
 def _grads(optimizer: torch.optim.Optimizer) -> List[torch.Tensor]:
@@ -144,3 +145,21 @@ class GradScalerAttributes(LossScaling):
         finite = math.isfinite(float(total_norm(grads)))
         self.state.update(finite)
         return finite
+
+
+def scaling_for(optimizer: torch.optim.Optimizer, grad_scaler: Optional[Any], state: SecondPassScale) -> LossScaling:
+    """``step()``'s loss scaling: the scaler passed in, else the attributes ``GradScaler.step`` set, else none."""
+    if grad_scaler is not None:
+        return GradScalerArgument(grad_scaler)
+    found_inf = getattr(optimizer, 'found_inf', None)
+    if found_inf is not None:
+        return GradScalerAttributes(getattr(optimizer, 'grad_scale', None), found_inf, state)
+    return NO_SCALING
+
+
+def explicit_scaling(grad_scaler: Optional[Any]) -> LossScaling:
+    """``first_step``/``second_step``'s loss scaling (a bool here is a misplaced ``zero_grad``)."""
+    if isinstance(grad_scaler, bool):
+        raise TypeError(f'SAM got grad_scaler={grad_scaler!r}: pass zero_grad= by keyword, '
+                        f'grad_scaler= takes a torch.amp.GradScaler or None')
+    return GradScalerArgument(grad_scaler) if grad_scaler is not None else NO_SCALING

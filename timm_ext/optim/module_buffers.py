@@ -32,6 +32,16 @@ class BufferSnapshot:
             torch._foreach_copy_(self._copies, buffers)
         self._taken = True
 
+    @property
+    def nbytes(self) -> int:
+        """Memory of the copies (kept between steps)."""
+        return sum(c.numel() * c.element_size() for c in self._copies)
+
+    @property
+    def held(self) -> bool:
+        """Whether a capture is waiting to be restored."""
+        return self._taken
+
     def restore(self) -> None:
         """Write the captured values back into the same buffer tensors (no-op if nothing captured)."""
         if self._taken and self._buffers:

@@ -1,369 +1,232 @@
-""" SAM: Sharpness-Aware Minimization (and ASAM) as a wrapper around any timm/torch optimizer
+""" SAM: Sharpness-Aware Minimization (and ASAM) around any timm/torch optimizer
 
-Papers: 'Sharpness-Aware Minimization for Efficiently Improving Generalization' (Foret et al., 2021)
-and 'When Vision Transformers Outperform ResNets without Pretraining or Strong Data Augmentations'
+Papers: 'Sharpness-Aware Minimization for Efficiently Improving Generalization' (Foret et al., 2021),
+'When Vision Transformers Outperform ResNets without Pretraining or Strong Data Augmentations'
 (Chen et al., 2022); ASAM: 'Adaptive Sharpness-Aware Minimization' (Kwon et al., 2021).
 
-Each update evaluates the gradient twice: g at w, then the gradient at w + e, with
-``e = rho * g / ||g||`` (one global L2 norm over all parameters; ASAM: ``T = |w| + eta``,
-``e = rho * T^2 g / ||T g||``). The base optimizer then steps from w with the second gradient.
-Both passes draw the same dropout / drop-path masks, as the paper's JAX code (one PRNG key per step).
+One update, as the paper writes it:
 
-This file is the algorithm (perturb, restore, base step) and its three entry points. Beside it, each in
-its own module: the settings (``sam_settings``), the shared groups/state of the wrapped optimizer
-(``sam_wrapper``), checkpoints, copies and pickles (``sam_state``), train.py's replay (``sam_capture``,
-``task_capture``), m-sharpness (``m_sharpness``), which parameters are clipped (``sam_clip``), fp16
-loss scaling (``loss_scaling``) and BatchNorm statistics (``module_buffers``).
+    g = grad L(w)                      # first pass, at w
+    e = rho * g / ||g||                # one global L2 norm; ASAM: T = |w| + eta, e = rho T^2 g / ||T g||
+    h = grad L(w + e)                  # second pass, same dropout / drop-path masks as the first
+    w = base_optimizer.step(w, h)      # from w, with the gradient taken at w + e
+
+This file is that update and nothing else. Who runs the two passes is a driver's business, each in its
+own module: a closure (``closure_passes``), timm's train.py (``replay_passes``, over ``task_recorder``),
+m-sharpness chunks (``m_sharpness``); beside them fp16 loss scaling (``loss_scaling``), BatchNorm buffers
+(``module_buffers``) and the checkpoint entry (``sam_checkpoint``). GSAM and LookSAM override the hooks
+at the end of the class.
 """
-import functools
-import inspect
+import logging
 import math
 import warnings
-from contextlib import contextmanager
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Set, Tuple, Type
+from collections import OrderedDict
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from timm.utils import dispatch_clip_grad
-from torch.optim import Optimizer
 
-from timm_ext.optim._compat import foreach_copy_, total_norm
-from timm_ext.optim.ddp import sync_context
-from timm_ext.optim.loss_scaling import (
-    NO_SCALING,
-    GradScalerArgument,
-    GradScalerAttributes,
-    LossScaling,
-    SecondPassScale,
-)
-from timm_ext.optim.m_sharpness import ChunkedSAMStep, ClosureChunks, mean_loss
+from timm_ext.optim.base_optimizer import build_base_optimizer, check_model
+from timm_ext.optim.closure_passes import ClosurePasses
+from timm_ext.optim.ddp import all_reduce_mean, world_size
+from timm_ext.optim.loss_scaling import NO_SCALING, LossScaling, SecondPassScale, explicit_scaling, scaling_for
+from timm_ext.optim.m_sharpness import GradientSum, refuse_loss_scaling
 from timm_ext.optim.module_buffers import BufferSnapshot
-from timm_ext.optim.rng import RngState, cuda_devices_of
-from timm_ext.optim.sam_capture import HOW_TO_USE, TaskReplayStep
+from timm_ext.optim.replay_passes import HOW_TO_USE, replay_passes
+from timm_ext.optim.rng import cuda_devices_of
+from timm_ext.optim.sam_checkpoint import checked_entry, sam_entry, setting_changes
 from timm_ext.optim.sam_clip import clip_parameters
-from timm_ext.optim.sam_settings import SAMSettings, check_group
-from timm_ext.optim.sam_state import SAMCheckpoint
-from timm_ext.optim.sam_wrapper import WrappedOptimizer, build_base_optimizer
-from timm_ext.optim.task_capture import TaskRecorder
+from timm_ext.optim.sam_settings import SAM_RHO, SAMSettings
+from timm_ext.optim.task_recorder import TaskRecorder
+from timm_ext.optim.torch_compat import foreach_copy_, total_norm
 
 __all__ = ['SAM']
 
+_logger = logging.getLogger(__name__)
 Grouped = List[Tuple[Dict[str, Any], List[torch.Tensor], List[torch.Tensor]]]
-_LEADING = (
-    inspect.Parameter('params', inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
-    inspect.Parameter('base_optimizer', inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
-)
+# torch.optim.Optimizer's hook tables (Optimizer.__init__ is not called: the groups are the base optimizer's)
+_HOOK_TABLES = ('_optimizer_step_pre_hooks', '_optimizer_step_post_hooks', '_optimizer_state_dict_pre_hooks',
+                '_optimizer_state_dict_post_hooks', '_optimizer_load_state_dict_pre_hooks',
+                '_optimizer_load_state_dict_post_hooks')
+# what a copy or a pickle keeps (plus a variant's ``extra_state()``); hooks, caches and the recorder are
+# rebuilt, and whatever else was set on the instance (an lr scheduler's step wrapper) is not copied, as in torch
+_COPIED = ('base_optimizer', 'settings', 'model', '_updates', '_perturbed', '_skip', '_second_pass_scale')
 
 
-def _check_model(model: Any, family: str = 'SAM') -> None:
-    if model is not None and not isinstance(model, nn.Module):
-        raise ValueError(f'{family} model must be an nn.Module or None, got {type(model).__name__}')
-
-
-class SAM(SAMCheckpoint, TaskReplayStep, ChunkedSAMStep, WrappedOptimizer):
+class SAM(torch.optim.Optimizer):
     """ Sharpness-Aware Minimization around any torch/timm optimizer.
 
     Args:
-        params: the optimizer to wrap (any torch/timm optimizer instance), or, as in davda54/sam,
-            the parameters for ``base_optimizer``.
-        base_optimizer: davda54/sam style: the optimizer class, built as
-            ``base_optimizer(params, **base_kwargs)``.
+        params: the optimizer to wrap (an instance), or, as in davda54/sam, the parameters for ``base_optimizer``.
+        base_optimizer: davda54/sam style: the optimizer class, built as ``base_optimizer(params, **base_kwargs)``.
         rho: neighbourhood radius; a param group may carry its own ``rho``.
         adaptive: ASAM (scale-invariant neighbourhood ``T = |w| + eta``); per group allowed.
-        eta: ASAM's offset in ``T``.
-        clip_grad: clip the gradient SAM applies (the second-pass gradient), None for no clipping.
-        clip_mode: 'norm', 'value' or 'agc' (timm's ``dispatch_clip_grad`` modes); 'agc' leaves the
-            classifier head out, as train.py does for its own AGC.
-        model: module whose buffers keep their first-pass values (BatchNorm running statistics) and
-            whose head AGC leaves out; found automatically inside timm's train.py and when the
-            optimizer comes from ``create_optimizer_v2(model, ...)``.
-        interval: a SAM step every ``interval``-th update and a plain base-optimizer step (one
-            forward-backward) in between (Composer's scheme); 1 = SAM at every step.
-        m_sharpness: images per perturbation: each worker's batch is cut into chunks of this many
-            images, each chunk ascends with its own gradient and the descent gradient is the mean of
-            the chunks' gradients at their own perturbed weights (``timm_ext.optim.m_sharpness``);
-            None = one perturbation from the whole (all-reduced) batch.
+        eta: ASAM's offset in ``T``; per group allowed.
+        clip_grad: clip the gradient SAM applies (the second-pass one); None for no clipping.
+        clip_mode: 'norm', 'value' or 'agc' (timm's ``dispatch_clip_grad``); 'agc' leaves the head out.
+        model: module whose buffers (BatchNorm statistics) keep their first-pass values and whose head AGC
+            leaves out; found by itself inside timm's train.py and in ``create_optimizer_v2(model, ...)``.
+        interval: a SAM step every ``interval``-th update, a plain base-optimizer step in between.
+        m_sharpness: images per perturbation: each worker's batch is cut into chunks of this many images,
+            each ascends with its own gradient, and the descent gradient is the chunks' mean (``m_sharpness``).
         **base_kwargs: davda54/sam style: the base optimizer's arguments (``lr``, ``momentum``, ...).
 
-    Three ways to drive it:
-        * ``first_step()`` after backward at w, then backward at w + e, then ``second_step()``
-          (always a SAM step; ``sam_step_due`` says whether ``interval`` asks for one, else call ``step()``);
-        * ``step(closure)``: the closure zeroes grads, computes and back-propagates the loss, and
-          returns it; ``step`` evaluates it at w and at w + e (same random masks) and returns the
-          loss at w;
-        * ``step()`` inside timm's train.py: the training task's calls since the last step are
-          replayed at w + e under the same autocast and random state (and ``GradScaler``, if any).
+    Three ways to drive it: ``step(closure)``; ``first_step()`` / ``second_step()`` around your second
+    forward-backward; ``step()`` inside timm's train.py, which replays the training task's calls at w + e.
     """
     _step_supports_amp_scaling = True  # GradScaler.step(sam) hands SAM the scale (see loss_scaling)
-    _keeps_clean_grad = False  # GSAM / LookSAM keep the first-pass gradient for the second step
-    Settings: Type[SAMSettings] = SAMSettings  # the family's settings: signature, checks, state dict, repr
+    Settings = SAMSettings  # a family's settings: its checks, its state-dict entry, its repr
+    needs_clean_gradient = False  # hook: keep the first-pass gradient g for the hooks (GSAM, LookSAM)
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if '__init__' not in cls.__dict__:
-            cls.__init__ = _with_signature(cls)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        bound = _init_signature(self.Settings).bind(*args, **kwargs)
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        params, base_optimizer, model = values.pop('params'), values.pop('base_optimizer'), values.pop('model')
-        base_kwargs = values.pop('base_kwargs')
-        settings = self.Settings(**values)
-        base = build_base_optimizer(params, base_optimizer, base_kwargs)
-        _check_model(model)
-        self.base_optimizer = base
-        self.settings = settings
-        self.defaults.update(settings.group_defaults())
-        self._add_group_defaults()
+    def __init__(
+            self,
+            params: Any,
+            base_optimizer: Optional[type] = None,
+            rho: float = SAM_RHO,
+            adaptive: bool = False,
+            eta: float = 0.01,
+            clip_grad: Optional[float] = None,
+            clip_mode: str = 'norm',
+            model: Optional[nn.Module] = None,
+            interval: int = 1,
+            m_sharpness: Optional[int] = None,
+            **base_kwargs: Any,
+    ) -> None:
+        given = dict(rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode,
+                     interval=interval, m_sharpness=m_sharpness)
+        names = self.Settings.init_names()  # a family's own settings arrive through **base_kwargs
+        given.update({name: base_kwargs.pop(name) for name in names if name in base_kwargs})
+        self.settings = self.Settings(**{name: value for name, value in given.items() if name in names})
+        self.base_optimizer = build_base_optimizer(params, base_optimizer, base_kwargs)
+        check_model(model, self.Settings.family)
         self.model = model
-        self._step_count = 0  # updates done (SAM or plain): decides which one is due
+        self.defaults.update(self.settings.group_defaults())
+        self._add_group_defaults()
+        self._updates = 0  # updates done, SAM or plain: decides which one is due
         self._perturbed: Optional[List[torch.Tensor]] = None
-        self._skip = False
+        self._skip = False  # this update overflowed in fp16: restore, step nothing
         self._second_pass_scale = SecondPassScale()
         self._init_runtime()
-        self._post_init()
-
-    def _post_init(self) -> None:
-        """A family's own setup once the base optimizer exists (GSAM reads the initial lr)."""
 
     def _init_runtime(self) -> None:
-        """What a copy or an unpickled SAM gets fresh: hooks, caches, and a recorder looking for its task."""
-        self._backup: Dict[torch.Tensor, torch.Tensor] = {}
-        self._clean: Dict[torch.Tensor, torch.Tensor] = {}  # the first-pass gradient (GSAM, LookSAM)
+        self._backup: Dict[torch.Tensor, torch.Tensor] = {}  # w during the second pass (allocated once)
+        self._clean: Dict[torch.Tensor, torch.Tensor] = {}  # g, for the hooks that need it
         self._buffers = BufferSnapshot()
-        self._warned: Set[str] = set()
-        self.recorder = TaskRecorder(self)
+        self._warned: set = set()
+        self.recorder = TaskRecorder(self)  # finds the train.py task that owns these parameters
         self.recorder.start()
-        self._init_torch_machinery()  # hooks, and torch's step wrapper (step hooks and the profiler label)
+        for name in _HOOK_TABLES:
+            setattr(self, name, OrderedDict())
+        self._patch_step_function()  # torch's step wrapper: step hooks and the profiler label
+
+    # ---- an optimizer whose groups, state and defaults are the base optimizer's (as timm's Lookahead) ----
 
     @property
-    def sam_step_due(self) -> bool:
-        """Whether the next update is a SAM step (every ``interval``-th, the first one included)."""
-        return self._step_count % self.settings.interval == 0
+    def param_groups(self) -> List[Dict[str, Any]]:
+        return self.base_optimizer.param_groups
 
-    def _add_group_defaults(self) -> None:
-        for idx, group in enumerate(self.param_groups):
-            for key, value in self.settings.group_defaults().items():
-                group.setdefault(key, value)
-            check_group(group, where=f' in param group {idx}')
+    @property
+    def state(self) -> Dict[Any, Any]:
+        return self.base_optimizer.state
+
+    @property
+    def defaults(self) -> Dict[str, Any]:
+        return self.base_optimizer.defaults
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.base_optimizer.zero_grad(set_to_none=set_to_none)
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         self.base_optimizer.add_param_group(param_group)
         self._add_group_defaults()
 
+    def _add_group_defaults(self) -> None:
+        for idx, group in enumerate(self.param_groups):
+            for key, value in self.settings.group_defaults().items():
+                group.setdefault(key, value)
+            self.settings.check_group(group, where=f' in param group {idx}')
+
     def set_model(self, model: Optional[nn.Module]) -> None:
-        """Module whose buffers (BatchNorm statistics) are kept from the first pass, and whose head AGC skips."""
-        _check_model(model)
+        """The module whose buffers keep their first-pass values, and whose head AGC leaves out."""
+        check_model(model, self.Settings.family)
         self.model = model
 
-    # ---- the SAM update ----------------------------------------------------------------------------
+    @property
+    def sam_step_due(self) -> bool:
+        """Whether the next update is a SAM step (every ``interval``-th, the first one included)."""
+        return self._updates % self.settings.interval == 0
 
-    def _grouped_params_with_grad(self) -> Grouped:
-        out = []
-        for group in self.param_groups:
-            params = [p for p in group['params'] if p.grad is not None]
-            if params:
-                out.append((group, params, [p.grad for p in params]))
-        return out
+    def extra_memory_bytes(self) -> int:
+        """What SAM holds beside the base optimizer: the copy of w (GSAM, LookSAM: and of g) and of the buffers."""
+        kept = list(self._backup.values()) + list(self._clean.values())
+        return sum(t.numel() * t.element_size() for t in kept) + self._buffers.nbytes
 
-    def _has_grads(self) -> bool:
-        return any(p.grad is not None for p in self._params())
+    def _params(self) -> List[torch.Tensor]:
+        return [p for group in self.param_groups for p in group['params']]
 
-    def _backup_buffers(self, params: List[torch.Tensor]) -> List[torch.Tensor]:
-        """One persistent copy per parameter (allocated once, reused every step)."""
-        out = []
-        for p in params:
-            buf = self._backup.get(p)
-            if buf is None or buf.shape != p.shape or buf.dtype != p.dtype or buf.device != p.device:
-                buf = torch.empty_like(p, memory_format=torch.preserve_format)
-                self._backup[p] = buf
-            out.append(buf)
-        return out
+    def _params_with_grad(self) -> List[torch.Tensor]:
+        return [p for p in self._params() if p.grad is not None]
 
-    def _warn_once(self, message: str) -> None:
-        if message not in self._warned:
-            self._warned.add(message)
-            warnings.warn(message, stacklevel=4)
-
-    def _module(self, purpose: str) -> Optional[nn.Module]:
-        """The model given to SAM (``model=``, ``set_model()``, the factory's), else the task's."""
-        module = self.model if self.model is not None else self.recorder.trainable_module()
-        if module is None:
-            self._warn_once(
-                f'SAM does not know the model, so {purpose}: pass model= to SAM or to create_optimizer_v2 '
-                f'(or call optimizer.set_model(model)) when driving SAM with first_step()/second_step() or a closure')
-        return module
-
-    def _scaling(self, grad_scaler: Optional[Any]) -> LossScaling:
-        if grad_scaler is not None:
-            return GradScalerArgument(grad_scaler)
-        found_inf = getattr(self, 'found_inf', None)  # set by GradScaler.step under its attribute contract
-        if found_inf is not None:
-            return GradScalerAttributes(getattr(self, 'grad_scale', None), found_inf, self._second_pass_scale)
-        return NO_SCALING
+    # ---- the update --------------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def first_step(self, zero_grad: bool = True, grad_scaler: Optional[Any] = None) -> None:
-        """Move to w + e using the current gradient (computed at w).
-
-        Call after the first backward; then run the second forward-backward and ``second_step()``.
-        The first-pass gradient is consumed (grads are set to None unless ``zero_grad=False``).
-        With ``grad_scaler`` (fp16), the gradient is unscaled first; an inf/NaN gradient makes this
-        update a skipped step (weights untouched, ``second_step`` restores and steps nothing).
-        The same dropout masks in both passes are then up to the caller (``step(closure)`` does it).
-        """
-        m_sharpness = self.settings.m_sharpness
-        if m_sharpness:
-            raise RuntimeError(f'SAM m_sharpness={m_sharpness} needs SAM to run the passes per chunk: use '
-                               f'step(closure) or train.py\'s task route, not first_step()/second_step()')
-        self.recorder.close()  # an explicit loop never needs the task replay
-        self._first_step(self._explicit_scaling(grad_scaler), zero_grad)
-
-    @torch.no_grad()
-    def second_step(self, zero_grad: bool = False, grad_scaler: Optional[Any] = None) -> None:
-        """Restore w bit-exactly, clip the second-pass gradient and step the base optimizer from w."""
-        self._second_step(self._explicit_scaling(grad_scaler), zero_grad)
-
-    @staticmethod
-    def _explicit_scaling(grad_scaler: Any) -> LossScaling:
-        if isinstance(grad_scaler, bool):
-            raise TypeError(f'SAM got grad_scaler={grad_scaler!r}: pass zero_grad= by keyword, '
-                            f'grad_scaler= takes a torch.amp.GradScaler or None')
-        return GradScalerArgument(grad_scaler) if grad_scaler is not None else NO_SCALING
-
-    def _first_step(self, scaling: LossScaling, zero_grad: bool = True) -> None:
+    def perturb(self) -> float:
+        """Back w up and move to w + e with the gradient at hand (at its true scale). Returns ||g||
+        (ASAM: ||T g||); a zero or non-finite norm leaves w where it is. ``restore()`` undoes it."""
         if self._perturbed is not None:
-            raise RuntimeError('SAM.first_step() was called twice; call second_step() after the second backward')
-        if not self._has_grads():
-            raise RuntimeError(
-                f'SAM.first_step() found no gradients: run forward and backward at w first, or {HOW_TO_USE}')
-        scaling.unscale_first(self)
-        self._prepare_sam_step()
-        grouped = self._grouped_params_with_grad()
-        if self._keeps_clean_grad:
-            self._keep_clean(grouped)
-        norm = self._perturbation_norm(grouped)
-        self._skip = scaling.first_overflowed(norm)
-        self._perturbed = []
-        if not self._skip:
-            self._buffers.capture(self._module('its buffers (BatchNorm statistics) are updated by both passes'))
-            self._perturb(grouped, norm)
-        if zero_grad:
-            self.base_optimizer.zero_grad(set_to_none=True)
-
-    def _keep_clean(self, grouped: Grouped) -> None:
-        """Copy the first-pass gradient (before ASAM scales it) into persistent buffers."""
-        for _, params, grads in grouped:
-            buffers = []
-            for p in params:
-                buf = self._clean.get(p)
-                if buf is None or buf.shape != p.shape or buf.dtype != p.grad.dtype or buf.device != p.device:
-                    buf = torch.empty_like(p.grad, memory_format=torch.preserve_format)
-                    self._clean[p] = buf
-                buffers.append(buf)
-            foreach_copy_(buffers, grads)
-
-    def _perturbation_norm(self, grouped: Grouped) -> float:
-        """||g|| over all parameters (ASAM: ||T g||, the grads are scaled by T in place). One host sync."""
-        for group, params, grads in grouped:  # ASAM: grads <- T g, with T = |w| + eta in the backup buffers
-            if group['adaptive']:
-                scale_t = self._backup_buffers(params)
-                foreach_copy_(scale_t, params)
+            raise RuntimeError('SAM.perturb() was called twice; call restore() (or second_step()) first')
+        grouped = [(g, ps, [p.grad for p in ps]) for g in self.param_groups
+                   if (ps := [p for p in g['params'] if p.grad is not None])]
+        if self.needs_clean_gradient:
+            self._keep(self._clean, [p for _, ps, _ in grouped for p in ps], [g for _, _, gs in grouped for g in gs])
+        for group, params, grads in grouped:
+            if group['adaptive']:  # ASAM: T = |w| + eta, in the backups (w goes there next); g <- T g for the norm
+                scale_t = self._keep(self._backup, params, params)
                 torch._foreach_abs_(scale_t)
                 torch._foreach_add_(scale_t, float(group['eta']))
                 torch._foreach_mul_(grads, scale_t)
-        return float(total_norm([g for _, _, grads in grouped for g in grads]))
-
-    def _perturb(
-            self,
-            grouped: Grouped,
-            norm: float,
-    ) -> None:
-        """Back w up and move to w + e (e = 0 for a zero or non-finite norm)."""
-        valid = math.isfinite(norm) and norm > 0.
+        norm = float(total_norm([g for _, _, grads in grouped for g in grads]))
         self._perturbed = []
         for group, params, grads in grouped:
-            backup = self._backup_buffers(params)
-            if group['adaptive']:
-                torch._foreach_mul_(grads, backup)  # T^2 g (backup still holds T)
-            foreach_copy_(backup, params)
-            if valid and group['rho'] > 0:
+            if group['adaptive']:  # ... and T^2 g for the step: e = rho T^2 g / ||T g||
+                torch._foreach_mul_(grads, self._keep(self._backup, params))
+            self._keep(self._backup, params, params)
+            if math.isfinite(norm) and norm > 0 and group['rho'] > 0:
                 torch._foreach_add_(params, grads, alpha=group['rho'] / norm)
             self._perturbed.extend(params)
+        return norm
 
-    def _restore_weights(self) -> List[torch.Tensor]:
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Put back, bit-exactly, the weights ``perturb()`` moved."""
         perturbed, self._perturbed = self._perturbed or [], None
         foreach_copy_(perturbed, [self._backup[p] for p in perturbed])
-        return perturbed
 
-    def _second_step(self, scaling: LossScaling, zero_grad: bool = False) -> None:
-        if self._perturbed is None:
-            raise RuntimeError('SAM.second_step() was called before first_step()')
-        perturbed = self._restore_weights()
-        self._buffers.restore()
-        if self._skip or not scaling.unscale_second(self.base_optimizer):  # fp16 overflow: a skipped step
-            self._skip = False
-            self.base_optimizer.zero_grad(set_to_none=True)
-            self._step_count += 1
-            return
-        with_grad = [p for p in perturbed if p.grad is not None]
-        self._transform_second_grad(with_grad, self._clean)
-        self._after_sam_step(with_grad, self._clean)
-        self._apply(scaling.step, zero_grad)
-
-    def _apply(self, step_fn: Callable[[Optimizer], Any], zero_grad: bool = False) -> None:
-        """Clip the gradient about to be applied, step the base optimizer, count the update."""
-        clip_grad, clip_mode = self.settings.clip_grad, self.settings.clip_mode
-        if clip_grad is not None:
-            params = [p for p in self._params() if p.grad is not None]
-            task = self.recorder.task
-            module = lambda: self._module('AGC cannot leave the classifier head out')  # noqa: E731
-            dispatch_clip_grad(clip_parameters(params, clip_mode, task, module), clip_grad, mode=clip_mode)
-        step_fn(self.base_optimizer)  # scaler.step skips the update if the second pass overflowed
-        self._step_count += 1
+    @torch.no_grad()
+    def first_step(self, zero_grad: bool = True, grad_scaler: Optional[Any] = None) -> None:
+        """After the backward at w: move to w + e. The gradient is consumed (set to None unless ``zero_grad``
+        is False). With ``grad_scaler`` (fp16) it is unscaled first; an inf/NaN makes this update a skipped one."""
+        if self.settings.m_sharpness:
+            raise RuntimeError(f'SAM m_sharpness={self.settings.m_sharpness} needs SAM to run the passes per '
+                               f'chunk: use step(closure) or train.py\'s task route, not first_step()/second_step()')
+        self.recorder.close()  # an explicit loop never needs the train.py replay
+        if self._perturbed is not None:
+            raise RuntimeError('SAM.first_step() was called twice; call second_step() after the second backward')
+        if not self._params_with_grad():
+            raise RuntimeError(f'SAM.first_step() found no gradients: run forward and backward at w first, or '
+                               f'{HOW_TO_USE}')
+        self._ascend(explicit_scaling(grad_scaler))
         if zero_grad:
-            self.base_optimizer.zero_grad(set_to_none=True)
+            self.zero_grad()
 
-    # ---- what GSAM and LookSAM change (SAM: nothing) ----------------------------------------------------
-
-    def _prepare_sam_step(self) -> None:
-        """Called before each SAM step's perturbation (GSAM sets this step's rho)."""
-
-    def _transform_second_grad(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
-        """Turn the (unscaled) second-pass gradient into the one applied (GSAM's decomposition)."""
-
-    def _after_sam_step(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
-        """See a SAM step's clean and perturbed gradients before they are applied (LookSAM keeps g_v)."""
-
-    def _adjust_plain_grad(self, params: List[torch.Tensor]) -> None:
-        """Change the gradient of a plain (non-SAM) step before it is applied (LookSAM's reuse)."""
-
-    # ---- a plain step (interval) -------------------------------------------------------------------
-
-    def _plain_step(self, scaling: LossScaling) -> None:
-        """The base optimizer's step with the gradient at hand (unscaled, checked for overflow, clipped)."""
-        scaling.unscale_first(self)
-        params = [p for p in self._params() if p.grad is not None]
-        if scaling is not NO_SCALING and params:
-            norm = float(total_norm([p.grad for p in params]))
-            if scaling.first_overflowed(norm):  # fp16 overflow: skipped; the scaler backs off
-                self.base_optimizer.zero_grad(set_to_none=True)
-                self._step_count += 1
-                return
-        self._adjust_plain_grad(params)
-        self._apply(lambda base: base.step())
-
-    @contextmanager
-    def _restore_on_error(self) -> Iterator[None]:
-        """If the second pass fails (e.g. out of memory), leave the weights at w, not at w + e."""
-        try:
-            yield
-        except BaseException:
-            self._skip = False
-            self._restore_weights()
-            self._buffers.restore()
-            raise
+    @torch.no_grad()
+    def second_step(self, zero_grad: bool = False, grad_scaler: Optional[Any] = None) -> None:
+        """After the backward at w + e: back to w bit-exactly, then the base optimizer's step with that gradient."""
+        scaling = explicit_scaling(grad_scaler)
+        descend = self._descend(scaling)
+        self._buffers.restore()
+        self._finish(descend, scaling, self._clean, zero_grad)
 
     @torch.no_grad()
     def step(
@@ -375,78 +238,222 @@ class SAM(SAMCheckpoint, TaskReplayStep, ChunkedSAMStep, WrappedOptimizer):
         """One update: a SAM step, or a plain base-optimizer step when ``interval`` says so.
 
         Args:
-            closure: zeroes grads, computes and back-propagates the loss, returns it (torch's
-                convention). Evaluated at w and at w + e with the same random state; the loss at w is
-                returned. With ``m_sharpness`` it takes one argument, ``chunk``, and evaluates its
-                batch cut by it: ``xs, ys = chunk(x, y)``. Without a closure, the timm training
-                task's calls since the last step are replayed (not on plain steps).
-            grad_scaler: a ``torch.amp.GradScaler`` whose scaled loss the closure back-propagates.
-                ``GradScaler.step(sam)`` passes itself here, or, under torch's newer contract, sets
-                ``grad_scale``/``found_inf`` on SAM instead; both work.
-            no_sync: e.g. ``ddp_model.no_sync``: the first closure call runs inside it, so each
-                worker perturbs with its own gradient (the paper's m-sharpness); the second pass
-                is all-reduced as usual. With ``m_sharpness`` both passes of each chunk run in it
-                and the result is all-reduced once.
+            closure: zeroes grads, computes and back-propagates the loss, returns it. Evaluated at w and at
+                w + e with the same random state; returns the loss at w. Under ``m_sharpness`` it takes a
+                ``chunk`` and cuts its batch with it: ``xs, ys = chunk(x, y)``. Without one, timm's train.py
+                training-task calls since the last step are replayed at w + e.
+            grad_scaler: a ``torch.amp.GradScaler`` whose scaled loss the closure back-propagates
+                (``GradScaler.step(sam)`` passes itself, or sets ``grad_scale``/``found_inf``: both work).
+            no_sync: e.g. ``ddp_model.no_sync``: the first pass runs in it, so each worker perturbs with its
+                own gradient; the second pass is all-reduced as usual.
         """
-        return self._update(closure, grad_scaler, no_sync)
-
-    @torch.no_grad()
-    def _update(
-            self,
-            closure: Optional[Callable[..., Any]] = None,
-            grad_scaler: Optional[Any] = None,
-            no_sync: Optional[Callable[[], ContextManager]] = None,
-    ) -> Optional[Any]:
-        scaling = self._scaling(grad_scaler)
+        scaling = scaling_for(self, grad_scaler, self._second_pass_scale)
         if closure is not None:
-            return self._closure_step(closure, scaling, no_sync)
-        if no_sync is not None:
+            self.recorder.close()  # a closure loop never needs the train.py replay
+            passes = ClosurePasses(closure, self.settings.m_sharpness, no_sync, cuda_devices_of(self._params()))
+        elif no_sync is not None:
             raise ValueError('SAM.step(no_sync=...) needs a closure (the first pass is train.py\'s own)')
-        self._replay_step(scaling)
-        return None
-
-    def _closure_step(
-            self,
-            closure: Callable[..., Any],
-            scaling: LossScaling,
-            no_sync: Optional[Callable[[], ContextManager]],
-    ) -> Any:
-        self.recorder.close()  # a closure loop never needs the task replay
+        else:
+            passes = replay_passes(self.recorder, bool(self._params_with_grad()), self.sam_step_due,
+                                   self.settings.m_sharpness)
         if not self.sam_step_due:
-            with torch.enable_grad():
-                loss = closure(ClosureChunks(closure, None).chunk) if self.settings.m_sharpness else closure()
+            loss = passes.plain_pass()
             self._plain_step(scaling)
             return loss
-        m_sharpness = self.settings.m_sharpness
-        if m_sharpness:
-            self._check_chunk_sync(no_sync)
-            losses = self._chunked_step(ClosureChunks(closure, m_sharpness), scaling, no_sync, fork_rng=False)
-            return mean_loss(losses)
-        rng = RngState.capture(cuda_devices_of(self._params()))
-        with sync_context(no_sync), torch.enable_grad():
-            loss = closure()
-        self._first_step(scaling)
-        with self._restore_on_error():
-            if not self._skip:
-                with torch.enable_grad(), rng.restored():
-                    closure()
-        self._second_step(scaling)
-        return loss
+        if passes.chunked:
+            refuse_loss_scaling(scaling is not NO_SCALING)
+        return passes.result(self._sam_update(passes, scaling))
 
+    def _sam_update(self, passes: Any, scaling: LossScaling) -> List[Any]:
+        """The passes of one SAM update: per chunk (one without m-sharpness) the gradient at w, the gradient
+        at w + e, back to w; then the (mean) second-pass gradient is applied. Weights and buffers are back at
+        w whatever fails in between."""
+        descent, clean = GradientSum(), GradientSum()
+        losses = []
+        with passes.context():
+            try:
+                if passes.first_pass_done or passes.chunked:  # buffers as before SAM's own passes
+                    self._hold_buffers()
+                index = 0
+                while index == 0 or index < passes.count():
+                    if passes.chunked:
+                        self.zero_grad()  # each chunk's own gradient (train.py's whole-batch one is not used)
+                    losses.append(passes.first(index))
+                    self._ascend(scaling)
+                    self.zero_grad()
+                    if not self._skip:
+                        passes.second(index, scaling.scale)
+                    descend = self._descend(scaling)
+                    if passes.chunked:
+                        descent.add(self._params_with_grad())
+                        clean.add_values(self._clean)
+                    index += 1
+            except BaseException:
+                self._skip = False
+                self.restore()
+                self._buffers.restore()
+                raise
+        self._buffers.restore()
+        clean_grads = self._clean
+        if passes.chunked:  # the mean over the chunks, then over the workers (one all-reduce each)
+            descent.write_mean_to_grads()
+            clean_grads = clean.mean()
+            if world_size() > 1:
+                all_reduce_mean([p.grad for p in self._params_with_grad()])
+                all_reduce_mean(list(clean_grads.values()))
+        self._finish(descend, scaling, clean_grads)
+        return losses
 
-@functools.lru_cache(maxsize=None)
-def _init_signature(settings: Type[SAMSettings], with_self: bool = False) -> inspect.Signature:
-    """A family's constructor: ``(params, base_optimizer, <its settings, model after clip_mode>, **base_kwargs)``."""
-    leading = ((inspect.Parameter('self', inspect.Parameter.POSITIONAL_ONLY),) if with_self else ()) + _LEADING
-    return settings.signature(leading)
+    def _ascend(self, scaling: LossScaling) -> None:
+        """Unscale g, then perturb; an overflowed first pass marks the update as skipped."""
+        scaling.unscale_first(self)
+        self.prepare_sam_step()
+        self._hold_buffers()
+        self._skip = scaling.first_overflowed(self.perturb())
 
+    def _descend(self, scaling: LossScaling) -> bool:
+        """Back to w; the second-pass gradient unscaled and adjusted. False: this update is skipped."""
+        if self._perturbed is None:
+            raise RuntimeError('SAM.second_step() was called before first_step()')
+        self.restore()
+        skip, self._skip = self._skip, False
+        if skip or not scaling.unscale_second(self.base_optimizer):
+            return False
+        self.adjust_sam_gradient(self._params_with_grad(), self._clean)
+        return True
 
-def _with_signature(cls: Type[SAM]) -> Callable[..., None]:
-    """``SAM.__init__`` under the family's signature (``inspect.signature(GSAM)`` shows GSAM's settings)."""
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        SAM.__init__(self, *args, **kwargs)
-    __init__.__signature__ = _init_signature(cls.Settings, with_self=True)
-    return __init__
+    def _finish(self, descend: bool, scaling: LossScaling, clean: Dict[torch.Tensor, torch.Tensor],
+                zero_grad: bool = False) -> None:
+        if not descend:  # fp16 overflow: a skipped step (the scaler backs off)
+            self.zero_grad()
+            self._updates += 1
+            return
+        self.observe_sam_gradient(self._params_with_grad(), clean)
+        self._apply(scaling.step, zero_grad)
 
+    def _plain_step(self, scaling: LossScaling) -> None:
+        """The base optimizer's step with the gradient at hand (``interval``): unscaled, overflow-checked, clipped."""
+        scaling.unscale_first(self)
+        params = self._params_with_grad()
+        if scaling is not NO_SCALING and params:
+            if scaling.first_overflowed(float(total_norm([p.grad for p in params]))):
+                self._finish(False, scaling, {})
+                return
+        self.adjust_plain_gradient(params)
+        self._apply(lambda base: base.step())
 
-SAM.__init__.__signature__ = _init_signature(SAMSettings, with_self=True)
+    def _apply(self, step_fn: Callable[[torch.optim.Optimizer], Any], zero_grad: bool = False) -> None:
+        """Clip the gradient about to be applied, step the base optimizer, count the update."""
+        if self.settings.clip_grad is not None:
+            mode = self.settings.clip_mode
+            module = lambda: self._module('AGC cannot leave the classifier head out')  # noqa: E731
+            params = clip_parameters(self._params_with_grad(), mode, self.recorder.task, module)
+            dispatch_clip_grad(params, self.settings.clip_grad, mode=mode)
+        step_fn(self.base_optimizer)  # scaler.step skips the update if the second pass overflowed
+        self._updates += 1
+        if zero_grad:
+            self.zero_grad()
+
+    def _hold_buffers(self) -> None:
+        if not self._buffers.held:
+            self._buffers.capture(self._module('its buffers (BatchNorm statistics) are updated by both passes'))
+
+    def _keep(self, store: Dict[torch.Tensor, torch.Tensor], params: List[torch.Tensor],
+              values: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
+        """One persistent buffer per parameter in ``store`` (allocated once), filled with ``values`` if given."""
+        out = []
+        for i, p in enumerate(params):
+            like = values[i] if values is not None else p
+            buf = store.get(p)
+            if buf is None or buf.shape != like.shape or buf.dtype != like.dtype or buf.device != like.device:
+                store[p] = buf = torch.empty_like(like, memory_format=torch.preserve_format)
+            out.append(buf)
+        if values is not None:
+            foreach_copy_(out, values)
+        return out
+
+    def _module(self, purpose: str) -> Optional[nn.Module]:
+        """The model given to SAM, else train.py's task's; warns once when there is neither."""
+        module = self.model if self.model is not None else self.recorder.trainable_module()
+        if module is None and purpose not in self._warned:
+            self._warned.add(purpose)
+            warnings.warn(f'SAM does not know the model, so {purpose}: pass model= to SAM or to '
+                          f'create_optimizer_v2 (or call optimizer.set_model(model)) when driving SAM with '
+                          f'first_step()/second_step() or a closure', stacklevel=5)
+        return module
+
+    # ---- hooks for SAM variants (SAM: nothing) ----------------------------------------------------------
+
+    def prepare_sam_step(self) -> None:
+        """Before each perturbation (GSAM sets this step's rho in the groups)."""
+
+    def adjust_sam_gradient(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
+        """Turn the unscaled second-pass gradient ``p.grad`` into the one applied; ``clean[p]`` is g when
+        ``needs_clean_gradient`` (GSAM's decomposition)."""
+
+    def observe_sam_gradient(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
+        """See the gradient a SAM step is about to apply, and g (LookSAM keeps its new direction)."""
+
+    def adjust_plain_gradient(self, params: List[torch.Tensor]) -> None:
+        """Change the gradient of a plain (non-SAM) step before it is applied (LookSAM's reuse)."""
+
+    def extra_state(self) -> Dict[str, Any]:
+        """What a variant adds to the state dict's ``"sam"`` entry (LookSAM: its kept direction)."""
+        return {}
+
+    def check_extra_state(self, entry: Dict[str, Any]) -> None:
+        """Raise a one-line ValueError if the loaded entry's extra state cannot be loaded."""
+
+    def load_extra_state(self, entry: Dict[str, Any]) -> None:
+        """Take the checked extra state of a loaded entry."""
+
+    # ---- checkpoints, copies, repr ----------------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The base optimizer's state dict (its groups carry rho/adaptive/eta) plus a ``"sam"`` entry: the
+        optimizer-wide settings and the update count, so a resumed run continues exactly."""
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
+        state_dict = self.base_optimizer.state_dict()
+        state_dict['sam'] = sam_entry(self.settings, self._updates, self.extra_state())
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            state_dict = post_hook(self, state_dict) or state_dict
+        return state_dict
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Load a SAM state dict, or a plain one of the base optimizer. Everything is checked before anything
+        is loaded; the checkpoint's settings win, and each one that differs from this run's is logged."""
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            state_dict = pre_hook(self, state_dict) or state_dict
+        state_dict = dict(state_dict)
+        current = sam_entry(self.settings, self._updates, self.extra_state())
+        entry, settings = checked_entry(state_dict.pop('sam', None), current, self.settings)
+        self.check_extra_state(entry)
+        groups = state_dict.get('param_groups', [])
+        for idx, group in enumerate(groups):
+            self.settings.check_group(group, f' in param group {idx} of the loaded state dict')
+        changes = setting_changes(self.settings, self.param_groups, groups, current, entry)
+        self.base_optimizer.load_state_dict(state_dict)
+        self._add_group_defaults()
+        self.settings, self._updates = settings, entry['step']
+        self.load_extra_state(entry)
+        if changes:
+            _logger.warning('SAM settings from the loaded state dict replace this run\'s: %s', '; '.join(changes))
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        if self._perturbed is not None:
+            raise RuntimeError('SAM cannot be copied or pickled between first_step() and second_step()')
+        return dict({k: self.__dict__[k] for k in _COPIED}, extra_state=self.extra_state())
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        state = dict(state)
+        extra = state.pop('extra_state')
+        self.__dict__.update(state)
+        self._init_runtime()
+        self.load_extra_state(extra)
+
+    def __repr__(self) -> str:
+        values = ', '.join(f'{k}={v!r}' for k, v in self.settings.optimizer_values().items())
+        return f'{type(self).__name__}({self.base_optimizer!r}, {values})'

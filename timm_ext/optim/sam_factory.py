@@ -19,14 +19,14 @@ only if it has one, eps/betas only if it takes them); ``rho``, ``adaptive``, ``e
 ``clip_grad`` and ``clip_mode`` go to SAM. timm's ``lookahead_`` prefix still applies
 (``lookahead_samadamw``), as do layer decay and every parameter-group option of the factory.
 
-Each ``create_*`` signature is its family's settings declaration (``timm_ext.optim.sam_settings``).
+Each ``create_*`` signature is its family's constructor's, with ``base`` (a timm name) for ``base_optimizer``.
 
 The model: timm's factory hands an optimizer class only the parameter groups. SAM also needs the
 module (its buffers keep their first-pass values; AGC leaves its head out), so ``create_sam`` takes
 ``model=`` and, when it is left out, uses the ``nn.Module`` that ``create_optimizer_v2`` itself was
 called with (read from that call's frame, found by its code object: no guess, and nothing when SAM
-is built another way, where SAM warns once if it ever needs a model it was not given;
-``timm_ext.optim.global_patches`` holds that frame walk).
+is built another way, where SAM warns once if it ever needs a model it was not given). That frame read
+(``model_given_to_factory``) is read-only, during that one call, and drops the frame reference at once.
 
 Default radius: ``rho=0.05`` for ``sam*`` and ``rho=0.5`` for ``asam*``, the values the ASAM
 authors give for CIFAR-10 (README of github.com/SamsungLabs/ASAM, "Train Examples (CIFAR)": ASAM
@@ -34,6 +34,7 @@ authors give for CIFAR-10 (README of github.com/SamsungLabs/ASAM, "Train Example
 units of ``|w| + eta``, so SAM's value is no guide for it.
 """
 import inspect
+import sys
 from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Type
 
@@ -41,8 +42,13 @@ import torch
 import torch.nn as nn
 from timm.optim import OptimInfo, OptimizerRegistry, get_optimizer_class, get_optimizer_info, list_optimizers
 
-from timm_ext._timm_compat import default_optimizer_registry, registry_optimizers
-from timm_ext.optim.global_patches import model_given_to_factory
+from timm_ext._timm_compat import (
+    FACTORY_MODEL_ARG,
+    default_optimizer_registry,
+    optimizer_factory_code,
+    registry_optimizers,
+)
+from timm_ext.optim.base_optimizer import check_model
 from timm_ext.optim.gsam import GSAM
 from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.sam import SAM
@@ -96,13 +102,18 @@ def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict
 
 
 def _builder(family: Type[SAM], name: str, doc: str, defaults: Optional[Dict[str, Any]] = None) -> Callable[..., SAM]:
-    """``create_<family>(params, base=None, <the family's settings>, **base_kwargs)``: ``base`` built as timm's
-    factory would, wrapped in ``family``; the signature is the family's settings declaration."""
+    """``create_<family>(params, base=None, <the family's arguments>, **base_kwargs)``: ``base`` built as timm's
+    factory would, wrapped in ``family``; the signature is the family's own, with ``base`` (a timm name) for
+    ``base_optimizer`` (a class)."""
     kind = family.Settings.family
-    leading = (inspect.Parameter('params', inspect.Parameter.POSITIONAL_OR_KEYWORD),
-               inspect.Parameter('base', inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                                 annotation=Optional[str]))
-    signature = family.Settings.signature(leading, defaults=defaults)
+    params = []
+    for param in list(inspect.signature(family.__init__).parameters.values())[1:]:
+        if param.name == 'base_optimizer':
+            param = param.replace(name='base', annotation=Optional[str])
+        elif param.name in (defaults or {}):
+            param = param.replace(default=defaults[param.name])
+        params.append(param)
+    signature = inspect.Signature(params)
 
     def create(*args: Any, **kwargs: Any) -> SAM:
         bound = signature.bind(*args, **kwargs)
@@ -110,8 +121,7 @@ def _builder(family: Type[SAM], name: str, doc: str, defaults: Optional[Dict[str
         values = dict(bound.arguments)
         params, base, model = values.pop('params'), values.pop('base'), values.pop('model')
         base_kwargs = values.pop('base_kwargs')
-        if model is not None and not isinstance(model, nn.Module):
-            raise ValueError(f'{kind} model must be an nn.Module or None, got {type(model).__name__}')
+        check_model(model, kind)
         if 'rho' in values and values['rho'] is None:  # sam / asam: the radius depends on adaptive
             values['rho'] = ASAM_RHO if values['adaptive'] else SAM_RHO
         base_optimizer = _base_by_name(params, base, kind, base_kwargs)
@@ -176,3 +186,21 @@ def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> Non
                 num_betas=info.num_betas,
                 defaults=info.defaults,
             ))
+
+
+def model_given_to_factory(base_optimizer: torch.optim.Optimizer) -> Optional[nn.Module]:
+    """The module ``create_optimizer_v2`` (timm's registry) was called with, if SAM is being built inside it
+    and that module owns the optimizer's parameters (the factory's frame is found by its code object)."""
+    factory_code = optimizer_factory_code()
+    frame = sys._getframe(1)
+    try:
+        while frame is not None and frame.f_code is not factory_code:
+            frame = frame.f_back
+        model = frame.f_locals.get(FACTORY_MODEL_ARG) if frame is not None else None
+    finally:
+        del frame
+    if not isinstance(model, nn.Module):
+        return None
+    ids = {id(p) for p in model.parameters()}
+    params = [p for group in base_optimizer.param_groups for p in group['params']]
+    return model if any(id(p) in ids for p in params) else None

@@ -3,25 +3,24 @@
 A setting is one field of a frozen dataclass; everything else derives from the fields:
 
 * validation (each field's ``check`` in its metadata, plus a family's checks across fields);
-* the optimizer's constructor and factory signatures (``signature``): a family's own fields first, in the
-  order its class body declares them, then the inherited ones, with ``model`` after ``clip_mode``;
 * where the value lives: ``group=True`` fields are parameter-group defaults (a group may carry its own
   ``rho``), the others travel in the state dict's ``"sam"`` entry, in copies and pickles, in ``repr`` and
   in the log line of settings a loaded checkpoint changes;
 * ``sam_opt_kwargs()``: every optimizer keyword the SAM family takes and a base optimizer does not.
 
-Adding a setting: one field (with its ``check``) in the family's dataclass, plus its test.
+Adding a setting: one field (with its ``check``) in the family's dataclass, the argument in the family's
+``__init__`` signature (hand-written, so ``help()`` and an IDE show it), plus its test;
+``tests/test_sam_settings.py`` checks that every signature and every field agree.
 """
 import dataclasses
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple, Type
 
-from timm_ext._checks import is_positive_int
+from timm_ext.arg_types import is_positive_int
 
 __all__ = ['GSAMSettings', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL',
-           'LookSAMSettings', 'SAMSettings', 'SAM_RHO', 'check_group', 'sam_opt_kwargs']
+           'LookSAMSettings', 'SAMSettings', 'SAM_RHO', 'sam_opt_kwargs']
 
 SAM_RHO = 0.05
 # GSAM paper, Table 4, ResNet-50/101 on ImageNet (the ViT/Mixer values are per model: see docs/sam.md)
@@ -94,17 +93,6 @@ def setting(default: Any, check: Callable[[Any], None], group: bool = False, ini
     return field(default=default, init=init, metadata={'check': check, 'group': group})
 
 
-# the checks a parameter group's own values get (GSAM's group rho is its rho_t: checked the same way)
-_GROUP_CHECKS = {'rho': check_rho, 'eta': check_eta}
-
-
-def check_group(group: Dict[str, Any], where: str) -> None:
-    """Check a parameter group's SAM values (``rho``, ``eta``) where it carries them."""
-    for key, check in _GROUP_CHECKS.items():
-        if key in group:
-            _with_where(check, group[key], where)
-
-
 def _with_where(check: Callable[[Any], None], value: Any, where: str) -> None:
     try:
         check(value)
@@ -134,6 +122,14 @@ class SAMSettings:
 
     def _check_together(self) -> None:
         """Checks across fields (run before the per-field ones)."""
+
+    @classmethod
+    def check_group(cls, group: Dict[str, Any], where: str) -> None:
+        """Check a parameter group's own values of the per-group settings where it carries them (GSAM's group
+        rho is its rho_t, checked as a rho); ``where`` ends the message (' in param group 1')."""
+        for f in dataclasses.fields(cls):
+            if f.metadata['group'] and f.name in group:
+                _with_where(f.metadata['check'], group[f.name], where)
 
     @classmethod
     def checked(cls, where: str = '', **values: Any) -> 'SAMSettings':
@@ -172,33 +168,6 @@ class SAMSettings:
         values = {name: getattr(self, name) for name in self.init_names()}
         values.update(changes)
         return type(self).checked(where, **values)
-
-    @classmethod
-    def signature_names(cls) -> Tuple[str, ...]:
-        """Constructor order: the fields this class (then each base) declares, ``model`` after ``clip_mode``."""
-        names = []
-        for klass in cls.__mro__:
-            for name in vars(klass).get('__annotations__', {}):
-                if name not in names and name in cls.init_names():
-                    names.append(name)
-        index = names.index('clip_mode') + 1
-        return tuple(names[:index]) + ('model',) + tuple(names[index:])
-
-    @classmethod
-    def signature(cls, leading: Tuple[inspect.Parameter, ...], defaults: Optional[Dict[str, Any]] = None,
-                  model_default: Any = None) -> inspect.Signature:
-        """``leading`` parameters, then the settings (``defaults`` override a field's), then ``**base_kwargs``."""
-        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-        by_name = {f.name: f for f in dataclasses.fields(cls)}
-        params = list(leading)
-        for name in cls.signature_names():
-            if name == 'model':
-                params.append(inspect.Parameter('model', kind, default=model_default, annotation='Optional[nn.Module]'))
-                continue
-            default = (defaults or {}).get(name, by_name[name].default)
-            params.append(inspect.Parameter(name, kind, default=default, annotation=by_name[name].type))
-        params.append(inspect.Parameter('base_kwargs', inspect.Parameter.VAR_KEYWORD, annotation=Any))
-        return inspect.Signature(params)
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,12 @@
 """Packaged train.py recipes: find them by name, check them against train.py, trace them to their papers.
 
 * :mod:`~timm_ext.recipes.lookup`: list, find (by name or path) and read recipes;
-* :mod:`~timm_ext.recipes.checks`: a recipe's keys and values against train.py's own parser;
+* :mod:`~timm_ext.recipes.checks`: a recipe file's keys and values against train.py's own parser;
 * :mod:`~timm_ext.recipes.paper_values`: the paper-values tables and a recipe's differences from its paper;
 * :mod:`~timm_ext.recipes.index`: ``recipes/index.csv`` and the ``timm-ext recipes list`` table, as text.
 
-The checks of a whole command line (recipe + arguments) moved to :mod:`timm_ext.launch.arg_checks`;
-their old names here still work, with a FutureWarning.
+The checks of a whole command line (recipe + arguments) are :mod:`timm_ext.launch.command_checks`'s.
 """
-import importlib
-import warnings
-from typing import Any
-
 from timm_ext.recipes.checks import check_recipe, is_sam_optimizer
 from timm_ext.recipes.index import (
     INDEX_COLUMNS,
@@ -40,18 +35,3 @@ __all__ = [
     'paper_values_dir', 'readme_with_index', 'recipes_dir',
 ]
 
-# the command-line checks' old names here -> (module, name) now
-_MOVED = {
-    'check_train_args': ('timm_ext.launch.arg_checks', 'check_train_args'),
-    'check_validate_args': ('timm_ext.launch.arg_checks', 'check_validate_args'),
-    'effective_args': ('timm_ext.launch.preflight', 'script_args'),  # parses as the script does
-}
-
-
-def __getattr__(name: str) -> Any:
-    """The moved names, imported on use (timm_ext.launch imports this package)."""
-    if name not in _MOVED:
-        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-    module, new = _MOVED[name]
-    warnings.warn(f'timm_ext.recipes.{name} is deprecated, please use {module}.{new}', FutureWarning, stacklevel=2)
-    return getattr(importlib.import_module(module), new)

@@ -1,4 +1,4 @@
-"""A recipe against train.py's own parser, before train.py runs: each problem is one line that says the fix.
+"""A recipe file against train.py's own parser, before train.py runs: each problem is one line that says the fix.
 
 train.py feeds a recipe to its parser with ``set_defaults``, which silently accepts any key. The checks
 catch what would otherwise cost a run:
@@ -13,7 +13,8 @@ catch what would otherwise cost a run:
 * ``bce_loss: true`` with label smoothing 0 and no mixup / cutmix: train.py then builds softmax
   cross-entropy and ignores ``bce_loss`` (it builds its BCE loss only in the mixup and smoothing branches).
 
-The same optimizer and loss rules apply to a whole command line (:mod:`timm_ext.launch.arg_checks`).
+``timm-ext recipes check`` runs these on a recipe file alone. The optimizer and loss rules are public because
+the checks of a whole command line (:mod:`timm_ext.launch.command_checks`) apply them to the merged values.
 """
 import argparse
 import difflib
@@ -24,11 +25,11 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 from timm_ext._timm_compat import parser_actions
 from timm_ext.optim.sam_settings import sam_opt_kwargs
 
-__all__ = ['actions_by_dest', 'check_recipe', 'is_sam_optimizer', 'kind_of', 'loss_problems', 'opt_kwargs_problems',
-           'opt_name_problems', 'optimizer_arguments']
+__all__ = ['SAM_ONLY_KEYS', 'actions_by_dest', 'check_recipe', 'is_sam_optimizer', 'kind_of', 'loss_problems',
+           'opt_kwargs_problems', 'opt_name_problems', 'optimizer_arguments']
 
 # the SAM family's own optimizer arguments (opt_kwargs), from its settings declarations
-_SAM_ONLY_KEYS = sam_opt_kwargs()
+SAM_ONLY_KEYS = sam_opt_kwargs()
 
 
 def is_sam_optimizer(opt: str) -> bool:
@@ -78,7 +79,7 @@ def actions_by_dest(parser: argparse.ArgumentParser) -> Dict[str, argparse.Actio
 
 def _unknown_key(key: Any, actions: Dict[str, argparse.Action]) -> str:
     line = f'recipe key {key!r} is not a train.py argument (train.py ignores unknown keys silently)'
-    if key in _SAM_ONLY_KEYS:
+    if key in SAM_ONLY_KEYS:
         return f'{line}: SAM\'s {key} goes under opt_kwargs, e.g. `opt_kwargs: {{{key}: ...}}`'
     close = difflib.get_close_matches(str(key).replace('-', '_'), list(actions), n=1, cutoff=0.6)
     return f'{line}: did you mean {close[0]!r}?' if close else f'{line}: remove it'
@@ -148,7 +149,7 @@ def opt_kwargs_problems(opt: str, opt_kwargs: Dict[str, Any]) -> List[str]:
             continue
         line = (f'opt_kwargs key {key!r} is not an argument of the optimizer timm builds for opt {opt!r} (train.py '
                 f'would stop with TypeError)')
-        if key in _SAM_ONLY_KEYS and not is_sam_optimizer(opt):
+        if key in SAM_ONLY_KEYS and not is_sam_optimizer(opt):
             name = str(opt).lower().split('_')[-1]
             fix = f'sam{name}' if is_sam_optimizer(f'sam{name}') else 'sam with base: ' + name
             problems.append(f'{line}: {key} is a SAM setting; for SAM write opt: {fix}, else drop {key}')

@@ -11,7 +11,7 @@ from timm_ext.recipes.lookup import SUFFIX
 from timm_ext.recipes.paper_values import PaperRow, load_paper_values
 
 # `timm-ext recipes list`'s table is formatted beside the package, where the command line reads it without torch
-from timm_ext_cli import LIST_COLUMNS, format_recipe_table
+from timm_ext_cli.commands import LIST_COLUMNS, format_recipe_table
 
 __all__ = [
     'INDEX_COLUMNS', 'INDEX_MARKERS', 'LIST_COLUMNS', 'build_index', 'format_index', 'format_index_markdown',

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Union
 import yaml
 
 from timm_ext._resources import packaged_dir
-from timm_ext_cli import recipe_names
+from timm_ext_cli.commands import recipe_names
 
 __all__ = ['RecipeError', 'close_recipe_names', 'find_recipe', 'list_recipes', 'load_recipe', 'recipes_dir']
 

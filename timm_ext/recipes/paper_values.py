@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
-from timm_ext._checks import is_positive_int
+from timm_ext.arg_types import is_positive_int
 from timm_ext.papers import PAPERS
 from timm_ext.recipes import lookup
 from timm_ext.recipes.checks import actions_by_dest, kind_of

@@ -1,0 +1,68 @@
+"""Each pre-registered claim of ``plan.CLAIMS`` as a paired difference over the seeds, with its verdict.
+
+The difference is ``b - a`` per seed with its 95 % t interval (:func:`timm_ext.analysis.stats.paired_difference`);
+the verdict follows the rule fixed before the runs (:func:`timm_ext.analysis.stats.verdict`; "unchanged"
+claims by :func:`unchanged_verdict`).
+"""
+from dataclasses import dataclass
+from typing import Any, List, Tuple
+
+from plan import CLAIMS, Claim
+from run_metrics import metric_fn
+from run_results import Results
+
+from timm_ext.analysis.stats import PairedDifference, paired_difference, verdict
+
+
+def side_values(r: Results, side: Any, metric: str, n: int) -> List[float]:
+    """One value per seed for a claim's side: an arm, a pair's difference (second - first) or zeros (None)."""
+    if side is None:
+        return [0.0] * n
+    fn = metric_fn(metric, r)
+    if isinstance(side, tuple):
+        first, second = side
+        return [fn(y) - fn(x) for x, y in zip(r[first], r[second])]
+    return [fn(m) for m in r[side]]
+
+
+def unchanged_verdict(diff: PairedDifference, margin: float) -> Tuple[str, int]:
+    """A claim of no effect: reproduced inside ``(-margin, margin)``, not reproduced beyond it, else inconclusive."""
+    agree = sum(abs(d) < margin for d in diff.diffs)
+    if -margin < diff.low and diff.high < margin:
+        return 'reproduced', agree
+    if diff.low >= margin or diff.high <= -margin:
+        return 'not reproduced', agree
+    return 'inconclusive', agree
+
+
+@dataclass
+class ClaimResult:
+    claim: Claim
+    diff: PairedDifference
+    label: str
+    agree: int
+
+    @property
+    def n(self) -> int:
+        return self.diff.n
+
+
+def _arms_of(side: Any) -> List[str]:
+    return [] if side is None else list(side) if isinstance(side, tuple) else [side]
+
+
+def evaluate(r: Results) -> List[ClaimResult]:
+    """Every claim whose arms were run, in ``CLAIMS`` order."""
+    out = []
+    for claim in CLAIMS:
+        if not all(a in r for a in _arms_of(claim.a) + _arms_of(claim.b)):
+            continue
+        n = len(r[_arms_of(claim.b)[0]])
+        diff = paired_difference(side_values(r, claim.a, claim.metric, n), side_values(r, claim.b, claim.metric, n))
+        if claim.direction == 'unchanged':
+            label, agree = unchanged_verdict(diff, claim.margin)
+        else:
+            v = verdict(diff, claim.direction, claim.margin)
+            label, agree = v.label, v.agree
+        out.append(ClaimResult(claim, diff, label, agree))
+    return out

@@ -1,0 +1,274 @@
+"""docs/reproduction.md from the study's cached measurements: the claims table first, then the evidence.
+
+Each claim of ``plan.CLAIMS`` becomes a paired difference over the seeds with its 95 % t interval and
+a verdict by the rule fixed before the runs (:mod:`claims`); the tables come from :mod:`report_tables`,
+the plots from :mod:`figures` (every seed drawn), the paragraphs on failed claims from :mod:`why_failed`.
+``measurements.json`` keeps every number and every run's train.py settings.
+"""
+import json
+import math
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from claims import ClaimResult, evaluate
+from figures import STEM_LRS, draw_plots
+from plan import ARMS, CONVERGED_GAIN, CONVERGED_TAIL, EPOCHS, SAM_RHO, VIT_EPOCHS, Arm
+from report_tables import (
+    accuracy_table,
+    claim_fmt,
+    claims_table,
+    doubling_line,
+    mean_sd,
+    not_converged,
+    per_seed_row,
+    schedule_text,
+    seed_values,
+    support_table,
+)
+from run_metrics import deep_layers, delta_pi, early_epoch, mean_over
+from run_results import Results, load_results, study_timing
+from why_failed import why_paragraphs
+
+from timm_ext.analysis.stats import VERDICT_RULE, format_difference, paired_difference
+from timm_ext.machine import cpu_name
+
+FIGS = 'reproduction'
+PLAN_FILE = 'reproduction/plan.py'  # the pre-registration, from the repository's root
+
+
+def _plan_commit() -> str:
+    """The commit that last changed the content of ``plan.py`` (the pre-registration), or '?' outside git.
+
+    Renames are followed and a pure move is not a change (``--diff-filter=AM``): the plan moved from
+    ``benchmarks/_repro_plan.py`` unchanged, and the commit that fixed its last revision stays the one named.
+    """
+    try:
+        return subprocess.run(['git', 'log', '-1', '--follow', '--diff-filter=AM', '--format=%h %cs', '--', PLAN_FILE],
+                              capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
+                              timeout=10).stdout.strip() or '?'
+    except (OSError, subprocess.SubprocessError):
+        return '?'
+
+
+def _version(name: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(name)
+    except Exception:
+        return '?'
+
+
+def _sections(r: Results, claims: Dict[str, ClaimResult], labels: Dict[str, str], figs: List[str]) -> List[str]:
+    lines: List[str] = []
+    add = lines.extend
+
+    def img(name: str, alt: str) -> List[str]:
+        return [f'![{alt}]({FIGS}/{name})'] if name in figs else []
+
+    def claim_line(key: str) -> str:
+        c = claims.get(key)
+        if c is None:
+            return ''
+        text = c.claim.text[:1].upper() + c.claim.text[1:]
+        return (f'{text}: {format_difference(c.diff, claim_fmt(c.claim), c.claim.unit)}, {c.agree}/{c.n} seeds '
+                f'agree: **{c.label}**.')
+
+    if 'vit' in r and 'vit_sam' in r:
+        add(['## vit-sam: SAM on a ViT and a ResNet, with less data', ''])
+        rows = [('ViT, all data', 'vit', 'vit_sam'), ('ViT, 1/2', 'vit_half', 'vit_sam_half'),
+                ('ViT, 1/4', 'vit_quarter', 'vit_sam_quarter'), ('ResNet-18/4, all data', 'resnet', 'resnet_sam')]
+        add(['| setting | AdamW top-1 | SAM top-1 | SAM - AdamW, mean [95 % CI] | seeds agree |',
+             '|---|---|---|---|---|'])
+        for name, a, b in rows:
+            if a in r and b in r:
+                d = paired_difference([m['top1'] for m in r[a]], [m['top1'] for m in r[b]])
+                up = sum(x > 0 for x in d.diffs)
+                add([f'| {name} | {mean_sd([m["top1"] for m in r[a]])} | {mean_sd([m["top1"] for m in r[b]])} | '
+                     f'{format_difference(d, ".2f", " pt")} | {up}/{d.n} higher |'])
+        add(['', *img('sam_top1_fraction.png', 'top-1 against data'), ''])
+        add(['Table 1 and Fig. 2 quantities on the ViT (64 training images; `lambda_max` by power iteration, '
+             '`L_train^N` over 10 draws of Gaussian weight noise of std 0.05, the paper does not give its sigma):', '',
+             '| | ViT + AdamW | ViT + SAM |', '|---|---|---|'])
+        for name, fn in (('`lambda_max`', lambda m: m['lambda_max']), ('`L_train` (clean)', lambda m: m['train_loss']),
+                         ('`L_train^N`', lambda m: m['noisy_loss']),
+                         ('active neurons, block 1', lambda m: next(iter(m['activity'].values())))):
+            add([f'| {name} | {per_seed_row(r, "vit", fn)} | {per_seed_row(r, "vit_sam", fn)} |'])
+        add(['', *[claim_line(k) for k in ('sam_lambda_max', 'sam_noisy_loss', 'sam_active_neurons') if k in claims],
+             '', *img('sam_activity.png', 'active neurons per block'), ''])
+    if 'vit_convstem' in r:
+        add(['## scaled-relu: the conv stem against patchify over learning rates', ''])
+        add(['| lr (AdamW, 1 warmup epoch) | epochs | patchify top-1 | conv stem top-1 | patchify runs below 20 % | '
+             'conv - patchify, mean [95 % CI] |', '|---|---|---|---|---|---|'])
+        for lr, a, b in STEM_LRS:
+            if a in r and b in r:
+                pa, pb = [m['top1'] for m in r[a]], [m['top1'] for m in r[b]]
+                add([f'| {lr} | {schedule_text(r[a])} | {mean_sd(pa)} ({seed_values(pa)}) | '
+                     f'{mean_sd(pb)} ({seed_values(pb)}) | {sum(v < 20 for v in pa)}/{len(pa)} | '
+                     f'{format_difference(paired_difference(pa, pb), ".2f", " pt")} |'])
+        e = early_epoch(r['vit'][0])
+        add(['', f'Early convergence, top-1 after epoch {e} of {len(r["vit"][0]["top1_curve"])} at lr 1e-3: patchify '
+             f'{per_seed_row(r, "vit", lambda m: m["top1_curve"][e - 1], ".1f")}, conv stem '
+             f'{per_seed_row(r, "vit_convstem", lambda m: m["top1_curve"][e - 1], ".1f")}. '
+             f'{claim_line("stem_early")}', ''])
+        add([*img('stem_top1_lr1e-3.png', 'top-1 per epoch, lr 1e-3'), *img('stem_top1_lr1.5e-3.png', 'lr 1.5e-3'),
+             ''])
+        stem = lambda m: m['tokens']['patch_embed']  # noqa: E731
+        add([f'Token similarity after the stem: patchify {per_seed_row(r, "vit", stem)}'
+             f', conv stem {per_seed_row(r, "vit_convstem", stem)}. '
+             f'{claim_line("stem_tokens")}', '', *img('stem_tokens.png', 'token similarity per layer'), ''])
+    if 'vit_cb' in r:
+        deep = deep_layers(r)
+        add(['## context-broadcasting: attention entropy and distance on converged models', ''])
+        add([f'Entropy (nats) of the attention rows in the CB layers ({", ".join(str(i + 1) for i in deep)} of '
+             f'{len(r["vit"][0]["entropy"])}), averaged over heads and 128 validation images; the uniform bound is '
+             f'log 17 = {r["vit"][0]["max_entropy"]:.2f}. The dose-response arm puts CB in every block.', '',
+             '| | class token, CB layers | all queries, CB layers | all queries, every layer | distance, CB layers '
+             '| top-1 |', '|---|---|---|---|---|---|'])
+        for arm in ('vit', 'vit_cb', 'vit_cb_all'):
+            if arm in r:
+                add([f'| {labels[arm]} | {per_seed_row(r, arm, lambda m: mean_over(m["cls_entropy"], deep))} | '
+                     f'{per_seed_row(r, arm, lambda m: mean_over(m["entropy"], deep))} | '
+                     f'{per_seed_row(r, arm, lambda m: statistics.fmean(m["entropy"]))} | '
+                     f'{per_seed_row(r, arm, lambda m: mean_over(m["distance"], deep))} | '
+                     f'{mean_sd([m["top1"] for m in r[arm]])} |'])
+        add(['', *[claim_line(k) for k in ('cb_entropy_cls', 'cb_entropy_all', 'cb_distance', 'cb_top1')], ''])
+        add([*img('cb_cls_entropy.png', 'class-token entropy per layer'), *img('cb_entropy.png', 'entropy per layer'),
+             *img('cb_distance.png', 'distance per layer'), ''])
+    if 'alternet' in r and 'resnet' in r:
+        add(['## how-do-vits-work: MSAs as low-pass filters, feature-map variance, Hessian spectra', ''])
+        add(['Per block, the log of the feature-map variance after it over the variance before it (the official '
+             '`featuremap_variance.ipynb`: spatial variance per image and channel, averaged), and the change of the '
+             'Delta log amplitude at pi over the block (`fourier_analysis.ipynb`), on 128 validation images.', '',
+             '| model | blocks | log variance ratio, mean over blocks | ratio < 1 | change of Delta at pi |',
+             '|---|---|---|---|---|'])
+        for arm in ('resnet', 'alternet', 'vit'):
+            if arm not in r or 'kinds' not in r[arm][0]:
+                continue
+            kinds = r[arm][0]['kinds']
+            for kind in ('msa', 'mlp', 'conv'):
+                blocks = [n for n, k in kinds.items() if k == kind and n in r[arm][0]['variance_ratio']]
+                if not blocks:
+                    continue
+                logs = [statistics.fmean(math.log(m['variance_ratio'][b]) for b in blocks) for m in r[arm]]
+                below = sum(m['variance_ratio'][b] < 1 for m in r[arm] for b in blocks)
+                dpi = [statistics.fmean(delta_pi(m, b) for b in blocks) for m in r[arm]]
+                add([f'| {labels[arm]} | {kind} ({len(blocks)}) | {mean_sd(logs, ".3f")} | '
+                     f'{below}/{len(blocks) * len(r[arm])} | {mean_sd(dpi, ".3f")} |'])
+        add(['', claim_line('msa_variance'), claim_line('msa_lowpass'), ''])
+        add([*img('alternet_variance.png', 'variance, AlterNet'), *img('resnet_variance.png', 'variance, ResNet'),
+             *img('vit_variance.png', 'variance, ViT'), ''])
+        add(['Hessian max eigenvalue spectra as the paper\'s issue #12 describes them (top-5 eigenvalues of each '
+             'mini-batch of 16 training images by power iteration, L2 of weight decay 0.05 added, 4 batches a run, '
+             'pooled over the seeds). NEP: share of negative eigenvalues; APE: mean of the positive ones.', '',
+             '| model | NEP | APE | `lambda_max` (64 images) |', '|---|---|---|---|'])
+        for arm in ('resnet', 'alternet', 'vit', 'vit_quarter'):
+            if arm in r and 'nep' in r[arm][0]:
+                add([f'| {labels[arm]} | {per_seed_row(r, arm, lambda m: m["nep"])} | '
+                     f'{per_seed_row(r, arm, lambda m: m["ape"], ".1f")} | '
+                     f'{per_seed_row(r, arm, lambda m: m["lambda_max"], ".1f")} |'])
+        add(['', *[claim_line(k) for k in ('hessian_vit_nep', 'hessian_vit_ape', 'hessian_small_data_nep',
+                                           'alternet_ape')], '', *img('hessian_spectrum.png', 'Hessian spectra'),
+             *img('hessian_spectrum_warmup.png', 'Hessian spectra at the end of warmup'), ''])
+    return [x for x in lines if x is not None]
+
+
+def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: List[ClaimResult], figs: List[str],
+                command: str, wall_s: float, trained: int, load: Optional[Tuple[float, float]],
+                why: Optional[List[str]] = None, timing: Optional[Dict[str, float]] = None) -> str:
+    labels = {a.name: a.label for a in arms}
+    main = {a.name for a in ARMS}
+    counts: Dict[str, int] = {}
+    for c in claims:
+        counts[c.label] = counts.get(c.label, 0) + 1
+    runs = sum(len(v) for k, v in r.items() if k in main)
+    conv = sum(bool(m['converged']) for k, v in r.items() if k in main for m in v)
+    lines = [
+        f'# The papers\' claims on real digits, trained to convergence, {len(seeds)} seeds'
+        + ('' if conv == runs else f' ({conv} of {runs} runs converged)'), '',
+        '[Docs index](index.md) · [analysis toolkit](analysis.md) · [statistics](analysis.md#comparing-two-arms)', '',
+        f'{len(claims)} claims: ' + ', '.join(f'{n} {k}' for k, n in sorted(counts.items())) + '. Each row is a '
+        'paired difference over the seeds (second arm minus first, same seed), its 95 % t interval, and the verdict '
+        'by the rule below. The last two columns are the verdicts of v2 (every arm 30 epochs, 5 seeds, the same '
+        'rule) and of v1 (6 epochs, 3 seeds, "holds in every seed").',
+        '', *claims_table(claims), '', f'![every claim, every seed]({FIGS}/claims.png)', '',
+        '**Verdict rule, fixed before the runs** (`reproduction/plan.py`, committed as '
+        f'{_plan_commit()}, each revision before the runs it governs, as its docstring says): {VERDICT_RULE} A '
+        'claim of no effect ("unchanged") is '
+        'reproduced when the interval lies inside (-margin, +margin), not reproduced when it lies beyond the margin, '
+        'and inconclusive otherwise. The margin is the smallest effect each claim cares about: 1 point of top-1 '
+        '(between 3 and 4 of the 359 validation images), 0.05 nats of entropy, 0.1 in log `lambda_max` / log APE '
+        '(about 10 %), 0.05 of NEP, 0.01 of the active share.', '',
+        '## Setting', '',
+        'scikit-learn\'s 1,797 handwritten digits (`timm_ext.data`), 16 px: 1,438 training and 359 validation '
+        'images; the 1/2 and 1/4 arms keep a stratified, nested share of the training images '
+        '(`digits_subset_folder`) and train for 2x and 4x the epochs, the same number of steps. Every run is timm\'s '
+        'own `train.py` with the plugin, one CPU thread: batch 16, AdamW (lr 1e-3 unless the arm says), weight decay '
+        '0.05, cosine schedule with 1 warmup epoch, label smoothing 0.1 (timm\'s default), random-resized crop '
+        '(scale 0.6-1) and no other augmentation: the vit-sam paper\'s "Inception-style" regime without the flip, '
+        f'since a mirrored digit is another glyph. {VIT_EPOCHS} epochs on the full data for the ViTs, {EPOCHS} for the '
+        'CNNs (revision 2.1 doubled the ViTs\' 30: see the convergence rule below). The ViTs are the demo\'s (patch '
+        '4, width 128, 4 blocks of 4 heads; CB in blocks 3-4, or every block for the dose-response arm); the CNNs '
+        'are ResNet-18 shapes at a quarter of the width (CIFAR stem), AlterNet with one local MSA block at the end of '
+        f'stages 2-4. SAM is `samadamw` with rho {SAM_RHO}. Seeds {", ".join(map(str, seeds))}: arms that share an '
+        'architecture share their initial weights and data order for a seed. Measurements (`timm_ext.analysis`) '
+        'use each run\'s last checkpoint and the same images for every run of a seed.', '',
+        f'**Converged** means the best validation top-1 of the last {CONVERGED_TAIL:.0%} of the epochs beats the '
+        f'best before them by at most {CONVERGED_GAIN} points (2 images); {conv} of {runs} runs meet it (the '
+        '"converged" column). Top-1 is the last epoch\'s, never the best one (no selection on validation). '
+        'Revision 2.1 kept this rule and doubled the ViTs\' schedule after v2, where 21 of 80 runs missed it; '
+        'revision 2.2 moved the sweep\'s second learning rate from 3e-3, where 7 of 10 runs were still improving '
+        'after 60 epochs (patchify all 5), to 2e-3, and revision 2.3 to 1.5e-3, after 3 of the 10 runs at 2e-3 '
+        'missed it, and revision 2.4 trains a seed of that pair again at twice the schedule where one of its runs '
+        'misses it (the plan\'s docstring says what changed and why, each revision committed before its runs). '
+        + doubling_line(r), '',
+        f'Regenerated by `{command}` on {time.strftime("%Y-%m-%d")}: timm {_version("timm")}, torch '
+        f'{torch.__version__}, {os.cpu_count()} cores of {cpu_name()}; this invocation took {wall_s / 60:.1f} min '
+        'and trained '
+        f'{trained} of the {sum(1 + len(m.get("replaced", [])) for v in r.values() for m in v)} runs (the others came '
+        'from the cache)'
+        + (f'; 5-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end.' if load else '.')
+        + (f' The {timing["runs"]} cached runs took {timing["run_min"]:.0f} min one core each, training and '
+           'measuring (each measuring process\'s start-up not counted); they were trained between '
+           f'{time.strftime("%Y-%m-%d %H:%M", time.gmtime(timing["first"]))} '
+           f'and {time.strftime("%Y-%m-%d %H:%M", time.gmtime(timing["last"]))} UTC (from the files of the cache: '
+           'one span only when the cache was filled by one study).' if timing else ''), '',
+        '## Accuracy of every run', '', *accuracy_table(r, [a for a in arms if a.name in main]), '',
+        *not_converged(r, [a for a in arms if a.name in main]),
+        *(['Supporting runs (`reproduction/supporting_runs.py`; no verdicts): v2\'s 30-epoch schedules of the ViTs '
+           '(the doubling test above, training length, CB depth) and end-of-warmup checkpoints (where '
+           'how-do-vits-work reads its Hessian spectra):', '',
+           *support_table(r, [a for a in arms if a.name not in main]), '']
+          if any(a.name not in main for a in arms) else []),
+        *_sections(r, {c.claim.key: c for c in claims}, labels, figs),
+    ]
+    if why:
+        lines += ['## Why the claims that fail here fail', '', *why, '']
+    lines += ['## Raw numbers', '', f'`docs/{FIGS}/measurements.json` holds every measurement of every run, with its '
+              'train.py settings (`train_args`, from the run\'s `args.yaml`).', '']
+    return '\n'.join(lines) + '\n'
+
+
+def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Path, command: str, wall_s: float,
+                 trained: int = 0, load: Optional[Tuple[float, float]] = None) -> Path:
+    """docs/reproduction.md, its plots and measurements.json from the cached runs in ``runs``."""
+    r = load_results(runs, arms, seeds)
+    claims = evaluate(r)
+    figs = draw_plots(r, claims, docs / FIGS, {a.name: a.label for a in arms})
+    (docs / FIGS / 'measurements.json').write_text(json.dumps(dict(
+        seeds=list(seeds), arms={a.name: dict(model=a.model, model_kwargs=a.model_kwargs, opt=a.opt,
+                                              opt_kwargs=a.opt_kwargs, lr=a.lr, fraction=a.fraction,
+                                              epochs=a.epochs) for a in arms},
+        claims={c.claim.key: dict(diffs=c.diff.diffs, mean=c.diff.mean, low=c.diff.low, high=c.diff.high,
+                                  verdict=c.label, agree=c.agree, margin=c.claim.margin, direction=c.claim.direction)
+                for c in claims},
+        runs=r)))
+    path = docs / 'reproduction.md'
+    path.write_text(report_text(r, arms, seeds, claims, figs, command, wall_s, trained, load,
+                                why=why_paragraphs(r, {c.claim.key: c for c in claims}),
+                                timing=study_timing(runs, arms, seeds)))
+    return path

@@ -1,0 +1,143 @@
+"""The reproduction study: the papers' claims on real digits, trained to convergence over 5 seeds, with statistics.
+
+``python reproduction/reproduce.py --timm-train PATH`` (from the repository root) trains every arm of
+``plan.ARMS`` for every seed with timm's own train.py, through the job runner the demo uses
+(``study_jobs.py``: :mod:`timm_ext.demo.runner`; there is no second training loop), measures each
+finished run in its own process (``measure_run.py``), then writes ``docs/reproduction.md``, its plots
+and ``docs/reproduction/measurements.json`` (``report.py``). It prints the plan and an ETA first.
+Finished runs and their measurements are kept in ``--runs`` and reused, so the same command resumes an
+interrupted study or, with everything cached, only regenerates the report. ``--dry-run`` prints the plan
+and stops; ``--report-only`` refuses to train.
+
+The claims, their directions, margins and the convergence rule live in ``plan.py``, fixed before the
+runs; ``supporting_runs.py`` adds the supporting runs that explain failed claims (``why_failed.py``),
+``longer_schedules.py`` revision 2.4's longer schedules; the statistics are :mod:`timm_ext.analysis.stats`.
+"""
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence
+
+from longer_schedules import doubled
+from plan import ARM_BY_NAME, EXTENDED_PAIRS, MAX_DOUBLINGS, SEEDS, Arm
+from study_jobs import StudyJob, extension_jobs, plan_jobs, run_jobs
+from supporting_runs import ALL_ARMS, SUPPORT_ARMS
+
+__all__ = ['main', 'print_plan']
+
+# seconds of one plain-ViT run (30 epochs, one thread) on this project's 2-core EPYC machine: the ETA's unit
+UNIT_SECONDS = 80.0
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)  # a study runs for an hour, often with its output in a file: show progress as it goes
+
+
+def _eta_minutes(jobs: Sequence[StudyJob], lanes: int) -> float:
+    return sum(j.cost for j in jobs) * UNIT_SECONDS / max(1, min(lanes, os.cpu_count() or 1)) / 60
+
+
+def print_plan(jobs: Sequence[StudyJob], arms: Sequence[Arm], seeds: Sequence[int], lanes: int,
+               log: Callable[[str], None] = _print, longer: Sequence[StudyJob] = ()) -> None:
+    """What will run (per arm: seeds to train, seeds only to measure, seeds cached) and the ETA."""
+    support = sum(a in SUPPORT_ARMS for a in arms)
+    log(f'reproduction study: {len(arms)} arms ({support} of them supporting runs) x {len(seeds)} seeds = '
+        f'{len(arms) * len(seeds)} train.py runs')
+    for arm in arms:
+        mine = [j for j in jobs if j.arm is arm]
+        train = [j.seed for j in mine if j.trains]
+        measure = [j.seed for j in mine if not j.trains]
+        cached = len(seeds) - len(mine)
+        log(f'  {arm.name:<20} {arm.model:<24} {arm.opt:<9} lr {arm.lr:<6g} data {arm.fraction:<5g} '
+            f'{arm.epochs:>3} epochs: train {len(train)}, measure only {len(measure)}, cached {cached}')
+    names = {a.name for a in arms}
+    pairs = [pair for pair in EXTENDED_PAIRS if all(n in names for n in pair)]
+    for pair in pairs:
+        per_seed = sum(doubled(ARM_BY_NAME[n], 1).cost for n in pair) * UNIT_SECONDS / max(1, lanes) / 60
+        log(f'then each seed whose {" / ".join(pair)} pair misses the convergence rule trains both again at twice '
+            f'the schedule (revision 2.4; up to {MAX_DOUBLINGS} times): +{per_seed:.0f} min per seed at 2x, '
+            f'+{2 * per_seed:.0f} more at 4x')
+    if jobs:
+        log(f'ETA: {_eta_minutes(jobs, lanes):.0f} min with {lanes} runs at a time on an idle 2-core machine '
+            f'(a plain ViT run = {UNIT_SECONDS:.0f} s), then the report (< 2 min)')
+    elif longer:
+        log(f'the plan is cached; first {len(longer)} run(s) at a longer schedule (revision 2.4: '
+            f'{", ".join(j.key for j in longer)}), ETA {_eta_minutes(longer, lanes):.0f} min, then the report')
+    else:
+        log('everything is cached: regenerating the report only (< 2 min)')
+
+
+def _public_argv(argv: Sequence[str]) -> List[str]:
+    """The command as the report prints it: this machine's paths as placeholders."""
+    placeholders = {'--timm-train': 'PATH', '--runs': 'DIR', '--docs': 'DIR'}
+    out: List[str] = []
+    for arg in argv:
+        key, eq, _ = arg.partition('=')
+        if out and out[-1] in placeholders:
+            out.append(placeholders[out[-1]])
+        elif eq and key in placeholders:
+            out.append(f'{key}={placeholders[key]}')
+        else:
+            out.append(arg)
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog='python reproduction/reproduce.py', description=__doc__.splitlines()[0])
+    parser.add_argument('--runs', default=None, help='folder of the train.py runs and their measurements, reused '
+                        '(default: $TIMM_EXT_CACHE/reproduction-v3-runs)')
+    parser.add_argument('--docs', default='docs', help='folder that receives reproduction.md and reproduction/')
+    parser.add_argument('--seeds', type=int, nargs='+', default=list(SEEDS))
+    parser.add_argument('--arms', nargs='+', default=[a.name for a in ALL_ARMS],
+                        help='subset of the arms (default: all, the supporting runs included)')
+    parser.add_argument('--jobs', type=int, default=2, help='runs at a time (one thread each)')
+    parser.add_argument('--timm-train', default=None, help='timm\'s train.py (or its folder)')
+    parser.add_argument('--dry-run', action='store_true', help='print the plan and the ETA, run nothing')
+    parser.add_argument('--report-only', action='store_true', help='regenerate the report from cached runs; '
+                        'refuse if any run or measurement is missing')
+    args = parser.parse_args(argv)
+    names = {a.name for a in ALL_ARMS}
+    unknown = [a for a in args.arms if a not in names]
+    if unknown:
+        parser.error(f'unknown arm {unknown[0]!r}: choose from {", ".join(sorted(names))}')
+    if args.jobs < 1:
+        parser.error(f'--jobs must be at least 1, got {args.jobs}')
+    arms = [a for a in ALL_ARMS if a.name in args.arms]
+    from timm_ext.data import default_cache_dir
+
+    runs = Path(args.runs).expanduser() if args.runs else default_cache_dir() / 'reproduction-v3-runs'
+    start = time.perf_counter()
+    load_before = os.getloadavg()[1]
+    jobs = plan_jobs(runs, arms, args.seeds, args.timm_train)
+    jobs_after = [] if jobs else extension_jobs(runs, arms, args.seeds, args.timm_train)
+    print_plan(jobs, arms, args.seeds, args.jobs, longer=jobs_after)
+    if args.dry_run:
+        return 0
+    if (jobs or jobs_after) and args.report_only:
+        first = (jobs or jobs_after)[0]
+        parser.error(f'--report-only: {len(jobs or jobs_after)} run(s) are not trained or measured in {runs} '
+                     f'(first: {first.key}); run without --report-only to train them')
+    to_train = sum(1 for j in jobs if j.trains)
+    run_jobs(jobs, runs, args.jobs)
+    for _ in range(MAX_DOUBLINGS):  # revision 2.4: the lr sweep's pair, seed by seed, until both runs converge
+        more = extension_jobs(runs, arms, args.seeds, args.timm_train)
+        if not more:
+            break
+        _print(f'{len(more)} run(s) at twice the schedule, where the lr sweep\'s pair missed the convergence rule: '
+               f'{", ".join(j.key for j in more)}; ETA {_eta_minutes(more, args.jobs):.0f} min')
+        to_train += sum(1 for j in more if j.trains)
+        run_jobs(more, runs, args.jobs)
+    from report import write_report
+
+    command = 'python reproduction/reproduce.py ' + ' '.join(_public_argv(list(argv if argv is not None
+                                                                                else sys.argv[1:])))
+    path = write_report(runs, arms, args.seeds, Path(args.docs), command.strip(), wall_s=time.perf_counter() - start,
+                        trained=to_train, load=(load_before, os.getloadavg()[1]))
+    print(f'report: {path} ({time.perf_counter() - start:.0f} s in all)')
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""reproduction/claims.py: each claim a paired difference over the seeds, with the pre-registered verdict."""
+import math
+
+import pytest
+from _reproduction import claims, fake_runs, plan, run_results
+
+
+def test_claims_are_paired_differences_with_the_preregistered_verdicts(tmp_path):
+    r = run_results.load_results(fake_runs(tmp_path / 'runs'), plan.ARMS, [0, 1, 2])
+    found = {c.claim.key: c for c in claims.evaluate(r)}
+    assert len(found) == len(plan.CLAIMS)
+    top1 = found['sam_vit_top1']  # +2 points in every seed: interval [2, 2] > margin 1
+    assert top1.diff.diffs == (2.0, 2.0, 2.0) and top1.label == 'reproduced' and top1.agree == 3
+    assert found['sam_vit_gain_larger'].diff.diffs == (0.0, 0.0, 0.0)  # same gain for both architectures
+    assert found['sam_vit_gain_larger'].label == 'not reproduced'  # [0, 0] lies inside +-1 point
+    lam = found['sam_lambda_max']
+    assert lam.diff.diffs == pytest.approx([math.log((20 + s) / (40 + s)) for s in range(3)])
+    assert lam.label == 'reproduced'
+    assert found['msa_variance'].diff.diffs == pytest.approx([math.log(0.75)] * 3)  # the MSA block only
+    assert found['msa_variance'].label == 'reproduced'
+    assert found['msa_lowpass'].diff.diffs == pytest.approx([-0.4] * 3)
+    assert found['hessian_vit_nep'].diff.diffs == pytest.approx([0.2] * 3)
+    assert found['cb_entropy_all'].diff.diffs == pytest.approx([-0.1] * 3)  # -0.2 in layer 3, mean of layers 3-4
+    assert found['cb_distance'].label == 'reproduced'  # unchanged: [0, 0] inside +-0.02
+    assert found['cb_top1'].label == 'not reproduced'
+
+
+def test_unchanged_verdict_branches():
+    from timm_ext.analysis.stats import paired_difference
+
+    inside = paired_difference([0.0, 0.0, 0.0], [0.001, -0.001, 0.0])
+    beyond = paired_difference([0.0, 0.0, 0.0], [0.5, 0.6, 0.55])
+    wide = paired_difference([0.0, 0.0, 0.0], [0.5, -0.6, 0.05])
+    assert claims.unchanged_verdict(inside, 0.02) == ('reproduced', 3)
+    assert claims.unchanged_verdict(beyond, 0.02) == ('not reproduced', 0)
+    assert claims.unchanged_verdict(wide, 0.02) == ('inconclusive', 0)

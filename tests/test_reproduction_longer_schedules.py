@@ -1,0 +1,56 @@
+"""reproduction/longer_schedules.py: revision 2.4, the lr sweep's pair trained again at twice the schedule."""
+import json
+
+import pytest
+from _reproduction import (
+    fake_runs,
+    longer_schedules,
+    plan,
+    report,
+    report_tables,
+    run_results,
+    supporting_runs,
+    write_run,
+)
+
+
+def test_lr_sweep_pair_trains_again_at_twice_the_schedule_until_both_runs_converge(tmp_path):
+    pytest.importorskip('matplotlib')
+    runs = fake_runs(tmp_path / 'runs')
+    a, b = (plan.ARM_BY_NAME[n] for n in plan.EXTENDED_PAIRS[0])
+    names, seeds = [x.name for x in supporting_runs.ALL_ARMS], [0, 1, 2]
+    assert longer_schedules.pending(runs, names, seeds) == []  # every run converged
+    write_run(runs, a, 2, gain=0.84)  # patchify seed 2 misses the rule at 60 epochs
+    todo = longer_schedules.pending(runs, names, seeds)
+    assert [(arm.name, arm.epochs, seed) for arm, seed in todo] == [(f'{a.name}_x2', 120, 2),
+                                                                      (f'{b.name}_x2', 120, 2)]
+    # a pair runs only when both of its arms are in the study
+    assert longer_schedules.pending(runs, [a.name], seeds) == []
+    for arm, seed in todo:
+        write_run(runs, arm, seed, gain=0.28)  # both converge at 120 epochs
+    assert longer_schedules.pending(runs, names, seeds) == []
+    assert longer_schedules.tried(runs, a.name, 2) == [runs / f'{a.name}-s2', runs / f'{a.name}_x2-s2']
+    assert longer_schedules.tried(runs, a.name, 1) == [runs / f'{a.name}-s1']
+    r = run_results.load_results(runs, supporting_runs.ALL_ARMS, seeds)
+    assert [len(m['top1_curve']) for m in r[a.name]] == [60, 60, 120] and r[a.name][2]['converged']
+    assert [x['run'] for x in r[b.name][2]['replaced']] == [f'{b.name}-s2']  # the partner trains again too
+    path = report.write_report(runs, supporting_runs.ALL_ARMS, seeds, tmp_path / 'docs',
+                               'python reproduction/reproduce.py', wall_s=30.0, trained=2)
+    text = path.read_text()
+    assert f'| {a.label} | `{a.model}` | adamw | 0.0015 | 1 | 60 (seed 2: 120) | ' in text
+    assert '| 1.5e-3 | 60 (seed 2: 120) |' in text
+    assert (f'with the replaced runs\' gain in their last 20% of epochs: {a.name} seed 2: 60 epochs (+0.8) -> 120; '
+            f'{b.name} seed 2: 60 epochs (+70.0) -> 120.') in text
+    assert 'trained 2 of the 65 runs' in text  # 21 arms x 3 seeds in the tables, 2 replaced
+    saved = json.loads((tmp_path / 'docs' / 'reproduction' / 'measurements.json').read_text())
+    assert saved['runs'][a.name][2]['replaced'][0]['top1_curve'][-1] == pytest.approx(90.84)
+    # still missing at 120 and at 240 epochs: no third doubling, and the 240-epoch run is named as not converged
+    write_run(runs, longer_schedules.doubled(a, 1), 2, gain=1.5)
+    todo = longer_schedules.pending(runs, names, seeds)
+    assert [(arm.name, arm.epochs) for arm, _ in todo] == [(f'{a.name}_x4', 240), (f'{b.name}_x4', 240)]
+    for arm, seed in todo:
+        write_run(runs, arm, seed, gain=2.0 if arm.name.startswith(a.name + '_') else 0.0)
+    assert longer_schedules.pending(runs, names, seeds) == []
+    r = run_results.load_results(runs, supporting_runs.ALL_ARMS, seeds)
+    assert len(r[a.name][2]['top1_curve']) == 240 and not r[a.name][2]['converged']
+    assert f'{a.name} seed 2 (+2.0)' in '\n'.join(report_tables.not_converged(r, plan.ARMS))

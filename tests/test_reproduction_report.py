@@ -1,0 +1,43 @@
+"""reproduction/report.py: docs/reproduction.md, its plots and measurements.json from cached runs."""
+import json
+
+import pytest
+from _reproduction import fake_runs, plan, report, supporting_runs
+
+
+@pytest.mark.slow
+def test_report_from_cached_runs(tmp_path):
+    pytest.importorskip('matplotlib')
+    runs = fake_runs(tmp_path / 'runs')
+    path = report.write_report(runs, supporting_runs.ALL_ARMS, [0, 1, 2], tmp_path / 'docs',
+                               'python reproduction/reproduce.py', wall_s=30.0, trained=0)
+    text = path.read_text()
+    assert text.splitlines()[0].startswith('# The papers\' claims')
+    rows = [line for line in text.splitlines() if line.startswith('| SAM raises the ViT\'s top-1 |')]
+    assert rows == ['| SAM raises the ViT\'s top-1 | vit-sam, Sec. 4, Table 2 | +2.00 pt [+2.00 pt, +2.00 pt] | '
+                    '±1 pt | 3/3 | **reproduced** | inconclusive | not measured |']
+    assert '| ViT + SAM, 1/4 data | `vit_tiny_patch16_224` | samadamw | 0.001 | 0.25 | 240 |' in text
+    # the vit-sam paper's convergence test: 30 -> 60 epochs, same seed (the fake runs have the same top-1)
+    assert ('top-1 gained by doubling, same seed: ViT 30 -> 60 epochs +0.00 pt [+0.00 pt, +0.00 pt]; ViT + CB 30 -> '
+            '60 epochs +0.00 pt') in text
+    assert '| 1.5e-3 | 60 |' in text and '| 1e-3 | 60 |' in text  # the lr table names each row's schedule
+    # a cache can hold runs of several studies: the report gives their span and run time, not a study's duration
+    assert 'cached runs took 0 min one core each' in text and 'From a clean cache' not in text
+    for png in ('claims.png', 'sam_activity.png', 'cb_cls_entropy.png', 'hessian_spectrum.png',
+                'stem_top1_lr1.5e-3.png', 'alternet_variance.png', 'sam_top1_fraction.png'):
+        assert f'(reproduction/{png})' in text and (tmp_path / 'docs' / 'reproduction' / png).is_file()
+    why = text[text.index('## Why the claims that fail here fail'):]
+    assert '**Top-1 near the ceiling.**' in why and 'ViT + AdamW 32.3' in why  # (100 - 91) % of 359 images
+    assert 'NEP / APE: ViT 0.20 / 2.8; ResNet 0.00 / 2.4' in why  # the end-of-warmup runs
+    assert '**Token similarity.**' not in why  # that claim reproduced in these runs
+    # CB - ViT by training length: the 30-epoch supporting runs, then the study's own 60-epoch arms
+    assert 'after a complete schedule of 30 epochs +0.000' in why and '; 60 epochs +0.000' in why
+    assert 'In depth (30-epoch schedules)' in why  # CB in every block against ViT and CB trained as long
+    # the conv stem's lead by training length (the fake stems tie: the claim is not reproduced)
+    assert ('**The conv stem at lr 1e-3.** Its lead over patchify shrinks as patchify catches up: conv stem - patchify '
+            'top-1 after epoch 6 of 60 +0.00 pt [+0.00 pt, +0.00 pt]; at the end of 30-epoch schedules') in why
+    assert 'Doubling the schedule from 30 to 60 epochs raised patchify by +0.00 pt' in why
+    saved = json.loads((tmp_path / 'docs' / 'reproduction' / 'measurements.json').read_text())
+    assert saved['runs']['vit'][1]['train_args'] == {'model': 'vit_tiny_patch16_224', 'seed': 1}
+    assert saved['claims']['sam_vit_top1']['verdict'] == 'reproduced'
+    assert saved['arms']['vit_half']['epochs'] == 2 * plan.VIT_EPOCHS

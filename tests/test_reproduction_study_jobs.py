@@ -1,0 +1,54 @@
+"""reproduction/study_jobs.py: train.py arguments per arm, the plan of what is cached, running the jobs with the
+demo's runner (train, then measure, in one lane; a failed command stops its job only)."""
+import os
+import sys
+
+import pytest
+from _reproduction import TRAIN_PY, fake_runs, longer_schedules, measure_run, plan, study_jobs, tiny_folder
+from conftest import require_timm_script
+
+
+def test_every_arm_is_a_valid_train_py_command(tmp_path):
+    from timm_ext.launch.build_command import build_train_command
+
+    require_timm_script(TRAIN_PY)
+    data = tiny_folder(tmp_path / 'data')
+    for arm in plan.ARMS + longer_schedules.EXTENSION_ARMS:  # revision 2.4's schedules too
+        args = study_jobs.train_args(arm, data, tmp_path / 'runs', seed=2)
+        assert args.count('--seed') == 1 and args[args.index('--seed') + 1] == '2'
+        assert args[args.index('--experiment') + 1] == f'{arm.name}-s2'
+        assert args[args.index('--lr') + 1] == f'{arm.lr:g}'
+        assert args[args.index('--epochs') + 1] == str(round(arm.schedule / arm.fraction))
+        argv = build_train_command(args, timm_train=TRAIN_PY).argv  # checked against train.py's own parser
+        assert argv[argv.index('--model') + 1] == arm.model
+
+
+def test_plan_reuses_cached_runs(tmp_path, monkeypatch):
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    runs = fake_runs(tmp_path / 'runs', seeds=(0,))
+    os.remove(runs / 'vit_sam-s0' / measure_run.MEASURE_FILE)  # trained, not measured
+    arms = [plan.ARM_BY_NAME[n] for n in ('vit', 'vit_sam')]
+    jobs = study_jobs.plan_jobs(runs, arms, [0, 1], timm_train=str(TRAIN_PY))
+    keys = {j.key: len(j.commands) for j in jobs}
+    assert keys == {'vit_sam-s0': 1, 'vit-s1': 2, 'vit_sam-s1': 2}  # vit-s0 is cached
+    assert jobs[0].commands[0][-3:] == [str(runs / 'vit_sam-s0'), 'vit_sam', '0']
+
+
+def test_run_jobs_runs_each_jobs_commands_in_order_and_names_the_failed_ones(tmp_path):
+    arm = plan.ARM_BY_NAME['vit']
+    ok_dir, bad_dir = tmp_path / 'runs' / 'vit-s0', tmp_path / 'runs' / 'vit-s1'
+    write = 'import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True); ' \
+            'p.write_text(p.read_text() + sys.argv[2] if p.exists() else sys.argv[2])'
+    ok_dir.mkdir(parents=True)
+    (ok_dir / 'order').write_text('stale,')  # an unfinished run: removed before its train command
+    ok = study_jobs.StudyJob(arm, 0, ok_dir, [[sys.executable, '-c', write, str(ok_dir / 'order'), 'train,'],
+                                              [sys.executable, '-c', write, str(ok_dir / 'order'), 'measure']], 1.0)
+    bad = study_jobs.StudyJob(arm, 1, bad_dir, [[sys.executable, '-c', 'raise SystemExit(3)'],
+                                                [sys.executable, '-c', write, str(bad_dir / 'order'), 'never']], 1.0)
+    lines = []
+    with pytest.raises(RuntimeError, match=r'^1 run\(s\) failed: vit-s1; their logs are in '):
+        study_jobs.run_jobs([ok, bad], tmp_path / 'runs', lanes=2, log=lines.append)
+    assert (ok_dir / 'order').read_text() == 'train,measure'  # the second command ran after the first
+    assert not (bad_dir / 'order').exists()  # a failed command stops its job
+    assert any('vit-s0: done' in line for line in lines) and any('vit-s1: FAILED' in line for line in lines)

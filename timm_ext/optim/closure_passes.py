@@ -1,0 +1,67 @@
+"""SAM's two passes from a closure (torch's convention): the closure zeroes the grads, computes and
+back-propagates the loss, and returns it.
+
+Both passes of a chunk draw the same random numbers (dropout, drop-path): the generators' state is taken
+before the first pass and restored, in a fork, for the second, as the paper's JAX code uses one PRNG key
+per step. With ``no_sync`` (e.g. ``ddp_model.no_sync``) the first pass stays local to the worker, so each
+worker perturbs with its own gradient; under m-sharpness both passes of every chunk do, and SAM
+all-reduces the mean once.
+"""
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, List, Optional, Sequence
+
+import torch
+
+from timm_ext.optim.ddp import sync_context
+from timm_ext.optim.m_sharpness import BatchChunk, check_chunk_sync, mean_loss
+from timm_ext.optim.rng import RngState
+
+__all__ = ['ClosurePasses']
+
+
+class ClosurePasses:
+    """The passes of one update from ``closure``; cut into chunks of ``m_sharpness`` images when given."""
+    first_pass_done = False
+
+    def __init__(self, closure: Callable[..., Any], m_sharpness: Optional[int],
+                 no_sync: Optional[Callable[[], ContextManager]] = None, cuda_devices: Sequence[int] = ()) -> None:
+        self.closure = closure
+        self.cuda_devices = tuple(cuda_devices)  # the generators a pass over the parameters draws from
+        self.chunked = bool(m_sharpness)
+        self.chunk = BatchChunk(m_sharpness) if self.chunked else None
+        self.no_sync = no_sync
+        self._rng: Optional[RngState] = None
+
+    def _call(self) -> Any:
+        with torch.enable_grad():
+            return self.closure(self.chunk) if self.chunked else self.closure()
+
+    def plain_pass(self) -> Any:
+        """A plain step's one pass: the whole batch (``chunk(x, y)`` returns it unchanged)."""
+        if self.chunked:
+            self.chunk = BatchChunk(None)
+        return self._call()
+
+    def context(self) -> ContextManager:
+        if self.chunked:
+            check_chunk_sync(self.no_sync)
+        return nullcontext()
+
+    def count(self) -> int:
+        return self.chunk.count if self.chunked else 1
+
+    def first(self, index: int) -> Any:
+        if self.chunked:
+            self.chunk.index = index
+        self._rng = RngState.capture(self.cuda_devices)
+        with sync_context(self.no_sync):
+            return self._call()
+
+    def second(self, index: int, scale_loss: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """The closure scales its own loss (``scaler.scale(loss).backward()``), so ``scale_loss`` is not used."""
+        with sync_context(self.no_sync if self.chunked else None), self._rng.restored():
+            self._call()
+
+    def result(self, losses: List[Any]) -> Any:
+        """The loss at w (m-sharpness: the chunks' mean)."""
+        return mean_loss(losses) if self.chunked else losses[0]

@@ -1,0 +1,50 @@
+"""SAM's entry in the optimizer state dict: build it, check a loaded one, and say which settings it changes.
+
+The state dict is the base optimizer's (its state, and the groups, which carry ``rho``/``adaptive``/``eta``)
+plus a ``"sam"`` entry: the family's optimizer-wide settings, the update count (``step``) and a variant's
+extra state (LookSAM's kept direction). A loaded entry is checked before anything is loaded and wins over
+this run's settings, so a resumed run continues exactly; each setting it changes is logged.
+"""
+from typing import Any, Dict, List, Tuple
+
+from timm_ext.optim.sam_settings import SAMSettings
+
+__all__ = ['checked_entry', 'sam_entry', 'setting_changes']
+
+_WHERE = ' in the loaded state dict'
+
+
+def sam_entry(settings: SAMSettings, updates: int, extra: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``"sam"`` entry of a state dict."""
+    return dict(settings.optimizer_values(), step=updates, **extra)
+
+
+def checked_entry(loaded: Any, current: Dict[str, Any], settings: SAMSettings) -> Tuple[Dict[str, Any], SAMSettings]:
+    """The loaded entry merged over ``current`` (keys an older checkpoint lacks keep this run's values), and
+    the settings it gives; a one-line ValueError naming the bad value otherwise. No entry: ``current``."""
+    if loaded is None:
+        return current, settings
+    if not isinstance(loaded, dict) or not {'clip_grad', 'clip_mode'} <= set(loaded):
+        raise ValueError(f'SAM state dict entry "sam" must be a dict with clip_grad and clip_mode, got {loaded!r}')
+    merged = dict(current, **loaded)
+    changes = {name: merged[name] for name in settings.optimizer_names()}
+    new_settings = settings.replace(_WHERE, **changes)
+    step = merged['step']
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f'SAM step count must be an integer >= 0, got step={step!r}{_WHERE}')
+    return merged, new_settings
+
+
+def setting_changes(settings: SAMSettings, groups: List[Dict[str, Any]], loaded_groups: List[Dict[str, Any]],
+                    current: Dict[str, Any], loaded: Dict[str, Any]) -> List[str]:
+    """'rho: 0.1 -> 0.05 in param groups [0, 1]'-style lines, one per loaded setting that differs."""
+    where: Dict[Tuple[str, Any, Any], List[int]] = {}
+    for idx, (new, old) in enumerate(zip(loaded_groups, groups)):
+        for key in settings.group_names():
+            if key in new and new[key] != old.get(key):
+                where.setdefault((key, old.get(key), new[key]), []).append(idx)
+    changes = [f'{key}: {old!r} -> {new!r} in param groups {idxs}' for (key, old, new), idxs in where.items()]
+    for key in settings.optimizer_names():
+        if current[key] != loaded[key]:
+            changes.append(f'{key}: {current[key]!r} -> {loaded[key]!r}')
+    return changes
