@@ -20,7 +20,7 @@ LAYERS = [
     ('models and optim', {'models', 'optim'}),
     ('recipes, data, catalog', {'recipes', 'data', 'catalog'}),
     ('hub', {'hub'}),
-    ('launch and analysis', {'launch', 'analysis'}),
+    ('launch and analysis', {'launch', 'analysis', 'integrations'}),
     ('applications', {'demo', 'doctor'}),
     ('cli', {'cli'}),
 ]

@@ -1092,3 +1092,70 @@ def test_sam_without_torch_apis_newer_than_the_floor(missing, monkeypatch):
     loss.backward()
     opt.step()
     assert probed[1].states == [(True, torch.bfloat16)] * 2
+
+
+def test_a_closure_adding_to_an_accumulation_window_is_refused_before_any_update():
+    """What Lightning's accumulate_grad_batches=2 hands SAM: the last micro-batch's closure, adding to the first's
+    gradient without zeroing. SAM could re-evaluate only that micro-batch at w + e: one line, weights untouched."""
+    model = _mlp()
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.1)
+    (x0, y0), (x1, y1) = _batch(seed=1), _batch(seed=2)
+    F.cross_entropy(model(x0), y0).backward()  # micro-batch 0, outside the closure
+    w = [p.detach().clone() for p in model.parameters()]
+
+    def accumulating():
+        loss = F.cross_entropy(model(x1), y1)
+        loss.backward()
+        return loss
+    with pytest.raises(ValueError, match=r'^SAM.step\(closure\): the closure added to gradients of earlier backward '
+                                         r'passes without zeroing them, i\.e\. gradient accumulation'):
+        opt.step(accumulating)
+    assert all(torch.equal(a, p) for a, p in zip(w, model.parameters()))
+    # stale gradients are fine when the closure zeroes them, through the optimizer or the model
+    for zero in (opt.zero_grad, model.zero_grad):
+        def closure(zero=zero):
+            zero()
+            loss = F.cross_entropy(model(x1), y1)
+            loss.backward()
+            return loss
+        opt.step(closure)
+
+
+def test_step_after_first_step_finishes_the_update_like_second_step():
+    """A framework that calls optimizer.step() itself (HF Trainer, Accelerate): first_step(), your backward at
+    w + e, then its step() is the second step."""
+    x, y = _batch()
+    torch.manual_seed(0)
+    ref_model, _ = _reference_sam(_mlp(), x, y, rho=0.2, steps=2, lr=0.1, momentum=0.9)
+    torch.manual_seed(0)
+    model = _mlp()
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.2)
+    for _ in range(2):
+        F.cross_entropy(model(x), y).backward()
+        opt.first_step()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    for p, q in zip(ref_model.parameters(), model.parameters()):
+        torch.testing.assert_close(p, q)
+    F.cross_entropy(model(x), y).backward()
+    opt.first_step()
+    with pytest.raises(RuntimeError, match=r'^SAM.step\(\) after first_step\(\) finishes the update'):
+        opt.step(lambda: None)
+
+
+@_needs_cpu_grad_scaler
+def test_step_after_first_step_under_the_attribute_contract_is_refused_at_w():
+    """A wrapper that hides step's grad_scaler argument (Accelerate's) makes GradScaler hand SAM attributes made for
+    the first pass: refused in one line, with the weights back at w, never a step at w + e."""
+    x, y = _batch()
+    model = _mlp()
+    opt = _AttributeContractSAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.2)
+    scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 8)
+    w = [p.detach().clone() for p in model.parameters()]
+    scaler.scale(F.cross_entropy(model(x), y)).backward()
+    opt.first_step(grad_scaler=scaler)
+    scaler.scale(F.cross_entropy(model(x), y)).backward()
+    with pytest.raises(RuntimeError, match=r"^SAM.step\(\) after first_step\(\) .*the weights are back at w$"):
+        scaler.step(opt)
+    assert all(torch.equal(a, p) for a, p in zip(w, model.parameters()))

@@ -16,7 +16,14 @@ from timm_ext.optim.ddp import sync_context
 from timm_ext.optim.m_sharpness import BatchChunk, check_chunk_sync, mean_loss
 from timm_ext.optim.rng import RngState
 
-__all__ = ['ClosurePasses']
+__all__ = ['ACCUMULATION', 'ClosurePasses']
+
+ACCUMULATION = (
+    'SAM.step(closure): the closure added to gradients of earlier backward passes without zeroing them, i.e. '
+    'gradient accumulation (Lightning accumulate_grad_batches > 1, Accelerate gradient_accumulation_steps > 1), '
+    'and SAM can re-evaluate only the closure\'s own batch at w + e: train on the accumulated batch at once, or '
+    'call first_step(), replay the window and step() (docs/integrations.md); a closure must call '
+    'optimizer.zero_grad()')
 
 
 class ClosurePasses:
@@ -24,8 +31,11 @@ class ClosurePasses:
     first_pass_done = False
 
     def __init__(self, closure: Callable[..., Any], m_sharpness: Optional[int],
-                 no_sync: Optional[Callable[[], ContextManager]] = None, cuda_devices: Sequence[int] = ()) -> None:
+                 no_sync: Optional[Callable[[], ContextManager]] = None, cuda_devices: Sequence[int] = (),
+                 params: Sequence[torch.Tensor] = (), zero_grad_calls: Callable[[], int] = lambda: 0) -> None:
         self.closure = closure
+        self.params = list(params)
+        self.zero_grad_calls = zero_grad_calls  # how often the optimizer's zero_grad() ran so far
         self.cuda_devices = tuple(cuda_devices)  # the generators a pass over the parameters draws from
         self.chunked = bool(m_sharpness)
         self.chunk = BatchChunk(m_sharpness) if self.chunked else None
@@ -36,11 +46,20 @@ class ClosurePasses:
         with torch.enable_grad():
             return self.closure(self.chunk) if self.chunked else self.closure()
 
+    def _first_call(self) -> Any:
+        """The closure's first call, refused if it added to gradients it did not zero (accumulation)."""
+        before = {p: p.grad for p in self.params if p.grad is not None}
+        zeroed = self.zero_grad_calls()
+        loss = self._call()
+        if before and self.zero_grad_calls() == zeroed and all(p.grad is g for p, g in before.items()):
+            raise ValueError(ACCUMULATION)
+        return loss
+
     def plain_pass(self) -> Any:
         """A plain step's one pass: the whole batch (``chunk(x, y)`` returns it unchanged)."""
         if self.chunked:
             self.chunk = BatchChunk(None)
-        return self._call()
+        return self._first_call()
 
     def context(self) -> ContextManager:
         if self.chunked:
@@ -55,7 +74,7 @@ class ClosurePasses:
             self.chunk.index = index
         self._rng = RngState.capture(self.cuda_devices)
         with sync_context(self.no_sync):
-            return self._call()
+            return self._first_call() if index == 0 else self._call()
 
     def second(self, index: int, scale_loss: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """The closure scales its own loss (``scaler.scale(loss).backward()``), so ``scale_loss`` is not used."""

@@ -30,7 +30,7 @@ import torch.nn as nn
 
 from timm_ext.optim.sam import SAM
 from timm_ext.optim.sam_settings import GSAM_ALPHA, GSAM_RHO_MAX, GSAM_RHO_MIN, GSAMSettings
-from timm_ext.optim.torch_compat import total_norm
+from timm_ext.optim.sharded import global_dot, global_norm, local
 
 __all__ = ['GSAM', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN']
 
@@ -104,16 +104,15 @@ class GSAM(SAM):
     @torch.no_grad()
     def adjust_sam_gradient(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
         """h <- h - alpha (g - (g.h / ||h||^2) h) over all parameters (one global projection)."""
-        pairs = [(p.grad, clean[p]) for p in params if p in clean]
+        params = [p for p in params if p in clean]
         alpha = self.settings.alpha
-        if alpha == 0 or not pairs:
+        if alpha == 0 or not params:
             return
-        grads = [h for h, _ in pairs]
-        cleans = [g for _, g in pairs]
-        hh = float(total_norm(grads)) ** 2
+        grads = [local(p.grad) for p in params]  # this rank's shards (sums span all ranks)
+        cleans = [clean[p] for p in params]
+        hh = global_norm(grads, params) ** 2
         if not math.isfinite(hh) or hh == 0:
             return
-        device = grads[0].device
-        gh = float(torch.stack([torch.vdot(h.reshape(-1), g.reshape(-1)).to(device) for h, g in pairs]).sum())
+        gh = global_dot(grads, cleans, params)
         torch._foreach_mul_(grads, 1.0 + alpha * gh / hh)
         torch._foreach_add_(grads, cleans, alpha=-alpha)

@@ -19,7 +19,7 @@ Cost: 2 forward-backward passes every k steps, 1 otherwise, i.e. (k + 1) / k pas
 average, plus one kept copy of the gradient (g_v).
 
 What is ours: everything SAM has (train.py replay, which LookSAM skips on reuse steps; closures;
-fp16 GradScaler; accumulation; DDP; m-sharpness; resume with g_v in the state dict).
+fp16 GradScaler; accumulation; DDP; FSDP2; m-sharpness; resume with g_v in the per-parameter state).
 """
 import math
 from typing import Any, Dict, List, Optional
@@ -29,9 +29,11 @@ import torch.nn as nn
 
 from timm_ext.optim.sam import SAM
 from timm_ext.optim.sam_settings import LOOKSAM_ALPHA, LOOKSAM_INTERVAL, SAM_RHO, LookSAMSettings
-from timm_ext.optim.torch_compat import total_norm
+from timm_ext.optim.sharded import global_dot, global_norm, like_param, local
 
-__all__ = ['LookSAM', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL']
+__all__ = ['GV_KEY', 'LookSAM', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL']
+
+GV_KEY = 'looksam_gv'  # g_v in the optimizer's per-parameter state
 
 
 class LookSAM(SAM):
@@ -67,52 +69,37 @@ class LookSAM(SAM):
         super().__init__(params, base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad,
                          clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness, alpha=alpha,
                          **base_kwargs)
-        self._gv: Dict[torch.Tensor, torch.Tensor] = {}  # g_v of the last SAM step, per parameter
 
     @torch.no_grad()
     def observe_sam_gradient(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
         """g_v = g_s - (g.g_s / ||g||^2) g, kept until the next SAM step."""
-        pairs = [(p, p.grad, clean[p]) for p in params if p in clean and p.grad is not None]
-        if not pairs or not math.isfinite(float(total_norm([s for _, s, _ in pairs]))):
+        params = [p for p in params if p in clean and p.grad is not None]
+        sam_grads = [local(p.grad) for p in params]  # this rank's shards (sums span all ranks)
+        cleans = [clean[p] for p in params]
+        if not params or not math.isfinite(global_norm(sam_grads, params)):
             return  # an fp16 overflow (the step is skipped): keep the previous g_v
-        self._gv = {}
-        gg = float(total_norm([g for _, _, g in pairs])) ** 2
-        device = pairs[0][1].device
-        gs_g = float(torch.stack([torch.vdot(s.reshape(-1), g.reshape(-1)).to(device) for _, s, g in pairs]).sum())
-        coef = gs_g / gg if gg > 0 else 0.0
-        for p, s, g in pairs:
-            self._gv[p] = torch.add(s, g, alpha=-coef)
+        gg = global_norm(cleans, params) ** 2
+        coef = global_dot(sam_grads, cleans, params) / gg if gg > 0 else 0.0
+        self._pending = {p: torch.add(s, g, alpha=-coef) for p, s, g in zip(params, sam_grads, cleans)}
+
+    def after_sam_step(self) -> None:
+        """g_v into the per-parameter state, after the base optimizer made its own (Adam starts from an empty one):
+        saved, copied and sharded as a momentum buffer is."""
+        pending, self._pending = getattr(self, '_pending', {}), {}
+        for p, gv in pending.items():
+            self.state[p][GV_KEY] = like_param(gv, p)
 
     @torch.no_grad()
     def adjust_plain_gradient(self, params: List[torch.Tensor]) -> None:
         """g <- g + alpha (||g|| / ||g_v||) g_v (nothing before the first SAM step)."""
-        pairs = [(p.grad, self._gv[p]) for p in params if p in self._gv]
+        kept = [p for p in params if GV_KEY in self.state.get(p, {})]
         alpha = self.settings.alpha
-        if not pairs or alpha == 0:
+        if not kept or alpha == 0:
             return
-        gv_norm = float(total_norm([v for _, v in pairs]))
+        gv = [local(self.state[p][GV_KEY]) for p in kept]
+        gv_norm = global_norm(gv, kept)
         if not gv_norm > 0:
             return
-        g_norm = float(total_norm([p.grad for p in params]))
-        torch._foreach_add_([g for g, _ in pairs], [v for _, v in pairs], alpha=alpha * g_norm / gv_norm)
+        g_norm = global_norm([p.grad for p in params], params)
+        torch._foreach_add_([local(p.grad) for p in kept], gv, alpha=alpha * g_norm / gv_norm)
 
-    # ---- state dict: g_v travels in the "sam" entry, in parameter order --------------------------
-
-    def _params(self) -> List[torch.Tensor]:
-        return [p for group in self.param_groups for p in group['params']]
-
-    def extra_state(self) -> Dict[str, Any]:
-        gv = [self._gv.get(p) for p in self._params()] if self._gv else None
-        return {'looksam_gv': gv}
-
-    def check_extra_state(self, entry: Dict[str, Any]) -> None:
-        gv = entry['looksam_gv']
-        params = self._params()
-        if gv is not None and (not isinstance(gv, (list, tuple)) or len(gv) != len(params) or any(
-                v is not None and (not isinstance(v, torch.Tensor) or v.shape != p.shape) for v, p in zip(gv, params))):
-            raise ValueError(f'LookSAM looksam_gv in the loaded state dict must be a list of {len(params)} '
-                             f'tensors shaped like the parameters (or None)')
-
-    def load_extra_state(self, entry: Dict[str, Any]) -> None:
-        self._gv = {p: v.detach().to(device=p.device, dtype=p.dtype, copy=True)
-                    for p, v in zip(self._params(), entry['looksam_gv'] or []) if v is not None}

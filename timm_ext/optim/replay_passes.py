@@ -19,7 +19,8 @@ __all__ = ['HOW_TO_USE', 'ReplayPasses', 'replay_passes']
 
 HOW_TO_USE = (
     'pass a closure (optimizer.step(closure)), call first_step() and second_step() around your second '
-    'forward-backward, or train with timm\'s train.py (task API, timm >= 1.0.23), where SAM replays the task')
+    'forward-backward, train with timm\'s train.py (task API, timm >= 1.0.23), where SAM replays the task, '
+    'or use timm_ext.integrations.hf_trainer.SAMTrainer in the Hugging Face Trainer')
 
 
 def replay_passes(recorder: TaskRecorder, has_grads: bool, sam_step_due: bool,

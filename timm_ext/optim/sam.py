@@ -30,16 +30,18 @@ from timm.utils import dispatch_clip_grad
 from timm_ext.optim.base_optimizer import build_base_optimizer, check_model
 from timm_ext.optim.closure_passes import ClosurePasses
 from timm_ext.optim.ddp import all_reduce_mean, world_size
+from timm_ext.optim.framework_checks import framework_problem, stepless_problem
 from timm_ext.optim.loss_scaling import NO_SCALING, LossScaling, SecondPassScale, explicit_scaling, scaling_for
 from timm_ext.optim.m_sharpness import GradientSum, refuse_loss_scaling
 from timm_ext.optim.module_buffers import BufferSnapshot
 from timm_ext.optim.replay_passes import HOW_TO_USE, replay_passes
 from timm_ext.optim.rng import cuda_devices_of
-from timm_ext.optim.sam_checkpoint import checked_entry, sam_entry, setting_changes
+from timm_ext.optim.sam_checkpoint import GROUP_KEY, checked_entry, sam_entry, setting_changes, split_entry
 from timm_ext.optim.sam_clip import clip_parameters
 from timm_ext.optim.sam_settings import SAM_RHO, SAMSettings
+from timm_ext.optim.sharded import global_norm, local, refuse_flat_parameters, refuse_sharded_chunks
 from timm_ext.optim.task_recorder import TaskRecorder
-from timm_ext.optim.torch_compat import foreach_copy_, total_norm
+from timm_ext.optim.torch_compat import foreach_copy_
 
 __all__ = ['SAM']
 
@@ -49,9 +51,10 @@ Grouped = List[Tuple[Dict[str, Any], List[torch.Tensor], List[torch.Tensor]]]
 _HOOK_TABLES = ('_optimizer_step_pre_hooks', '_optimizer_step_post_hooks', '_optimizer_state_dict_pre_hooks',
                 '_optimizer_state_dict_post_hooks', '_optimizer_load_state_dict_pre_hooks',
                 '_optimizer_load_state_dict_post_hooks')
-# what a copy or a pickle keeps (plus a variant's ``extra_state()``); hooks, caches and the recorder are
-# rebuilt, and whatever else was set on the instance (an lr scheduler's step wrapper) is not copied, as in torch
-_COPIED = ('base_optimizer', 'settings', 'model', '_updates', '_perturbed', '_skip', '_second_pass_scale')
+# what a copy or a pickle keeps (per-parameter state, LookSAM's too, is the base optimizer's); hooks, caches and
+# the recorder are rebuilt, and what else was set on the instance (an lr scheduler's step wrapper) is not copied
+_COPIED = ('base_optimizer', 'settings', 'model', '_updates', '_perturbed', '_skip', '_second_pass_scale',
+           'zero_grad_calls')
 
 
 class SAM(torch.optim.Optimizer):
@@ -99,6 +102,7 @@ class SAM(torch.optim.Optimizer):
         given.update({name: base_kwargs.pop(name) for name in names if name in base_kwargs})
         self.settings = self.Settings(**{name: value for name, value in given.items() if name in names})
         self.base_optimizer = build_base_optimizer(params, base_optimizer, base_kwargs)
+        refuse_flat_parameters(self._params())
         check_model(model, self.Settings.family)
         self.model = model
         self.defaults.update(self.settings.group_defaults())
@@ -107,6 +111,7 @@ class SAM(torch.optim.Optimizer):
         self._perturbed: Optional[List[torch.Tensor]] = None
         self._skip = False  # this update overflowed in fp16: restore, step nothing
         self._second_pass_scale = SecondPassScale()
+        self.zero_grad_calls = 0
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -135,6 +140,7 @@ class SAM(torch.optim.Optimizer):
         return self.base_optimizer.defaults
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        self.zero_grad_calls += 1  # a closure that zeroes is not adding to an accumulation window
         self.base_optimizer.zero_grad(set_to_none=set_to_none)
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
@@ -157,6 +163,12 @@ class SAM(torch.optim.Optimizer):
         """Whether the next update is a SAM step (every ``interval``-th, the first one included)."""
         return self._updates % self.settings.interval == 0
 
+    def _zero_gradient(self) -> bool:
+        """Every parameter has a gradient and all of them are zero."""
+        params = self._params()
+        return all(p.grad is not None for p in params) and bool(params) and global_norm(
+            [p.grad for p in params], params) == 0
+
     def extra_memory_bytes(self) -> int:
         """What SAM holds beside the base optimizer: the copy of w (GSAM, LookSAM: and of g) and of the buffers."""
         kept = list(self._backup.values()) + list(self._clean.values())
@@ -176,24 +188,25 @@ class SAM(torch.optim.Optimizer):
         (ASAM: ||T g||); a zero or non-finite norm leaves w where it is. ``restore()`` undoes it."""
         if self._perturbed is not None:
             raise RuntimeError('SAM.perturb() was called twice; call restore() (or second_step()) first')
-        grouped = [(g, ps, [p.grad for p in ps]) for g in self.param_groups
+        grouped = [(g, ps, [local(p.grad) for p in ps]) for g in self.param_groups  # local: this rank's shards
                    if (ps := [p for p in g['params'] if p.grad is not None])]
         if self.needs_clean_gradient:
             self._keep(self._clean, [p for _, ps, _ in grouped for p in ps], [g for _, _, gs in grouped for g in gs])
         for group, params, grads in grouped:
             if group['adaptive']:  # ASAM: T = |w| + eta, in the backups (w goes there next); g <- T g for the norm
-                scale_t = self._keep(self._backup, params, params)
+                scale_t = self._keep(self._backup, params, [local(p) for p in params])
                 torch._foreach_abs_(scale_t)
                 torch._foreach_add_(scale_t, float(group['eta']))
                 torch._foreach_mul_(grads, scale_t)
-        norm = float(total_norm([g for _, _, grads in grouped for g in grads]))
+        norm = global_norm([g for _, _, gs in grouped for g in gs], [p for _, ps, _ in grouped for p in ps])
         self._perturbed = []
         for group, params, grads in grouped:
+            shards = [local(p) for p in params]
             if group['adaptive']:  # ... and T^2 g for the step: e = rho T^2 g / ||T g||
-                torch._foreach_mul_(grads, self._keep(self._backup, params))
-            self._keep(self._backup, params, params)
+                torch._foreach_mul_(grads, self._keep(self._backup, params, None, shards))
+            self._keep(self._backup, params, shards)
             if math.isfinite(norm) and norm > 0 and group['rho'] > 0:
-                torch._foreach_add_(params, grads, alpha=group['rho'] / norm)
+                torch._foreach_add_(shards, grads, alpha=group['rho'] / norm)
             self._perturbed.extend(params)
         return norm
 
@@ -201,7 +214,7 @@ class SAM(torch.optim.Optimizer):
     def restore(self) -> None:
         """Put back, bit-exactly, the weights ``perturb()`` moved."""
         perturbed, self._perturbed = self._perturbed or [], None
-        foreach_copy_(perturbed, [self._backup[p] for p in perturbed])
+        foreach_copy_([local(p) for p in perturbed], [self._backup[p] for p in perturbed])
 
     @torch.no_grad()
     def first_step(self, zero_grad: bool = True, grad_scaler: Optional[Any] = None) -> None:
@@ -235,24 +248,48 @@ class SAM(torch.optim.Optimizer):
             grad_scaler: Optional[Any] = None,
             no_sync: Optional[Callable[[], ContextManager]] = None,
     ) -> Optional[Any]:
-        """One update: a SAM step, or a plain base-optimizer step when ``interval`` says so.
+        """One update: a SAM step, or a plain base-optimizer step when ``interval`` says so; after
+        ``first_step()`` (a framework that calls ``step()`` itself), the rest of the update, as ``second_step()``.
 
         Args:
-            closure: zeroes grads, computes and back-propagates the loss, returns it. Evaluated at w and at
-                w + e with the same random state; returns the loss at w. Under ``m_sharpness`` it takes a
-                ``chunk`` and cuts its batch with it: ``xs, ys = chunk(x, y)``. Without one, timm's train.py
-                training-task calls since the last step are replayed at w + e.
+            closure: zeroes grads (``optimizer.zero_grad()``), computes and back-propagates the loss, returns it.
+                Evaluated at w and at w + e with the same random state; returns the loss at w. A closure that adds
+                to gradients already there (an accumulation window) is refused: SAM cannot re-evaluate the window.
+                Under ``m_sharpness`` it takes a ``chunk`` and cuts its batch with it: ``xs, ys = chunk(x, y)``.
+                Without one, timm's train.py training-task calls since the last step are replayed at w + e.
             grad_scaler: a ``torch.amp.GradScaler`` whose scaled loss the closure back-propagates
                 (``GradScaler.step(sam)`` passes itself, or sets ``grad_scale``/``found_inf``: both work).
             no_sync: e.g. ``ddp_model.no_sync``: the first pass runs in it, so each worker perturbs with its
                 own gradient; the second pass is all-reduced as usual.
         """
+        if self._perturbed is not None:  # after first_step() and your second backward (a framework's step())
+            if closure is not None or getattr(self, 'found_inf', None) is not None:
+                self.restore()
+                self._buffers.restore()
+                raise RuntimeError('SAM.step() after first_step() finishes the update as second_step() does: call it '
+                                   'without a closure, and with an fp16 GradScaler call sam.second_step(grad_scaler='
+                                   'scaler) yourself (a wrapper hiding step\'s grad_scaler argument, e.g. '
+                                   'Accelerate\'s, cannot hand SAM the second pass\'s scale); the weights are back '
+                                   'at w')
+            self.second_step(grad_scaler=grad_scaler)
+            return None
         scaling = scaling_for(self, grad_scaler, self._second_pass_scale)
         if closure is not None:
+            problem = framework_problem(closure, self)
+            if problem:
+                raise ValueError(problem)
             self.recorder.close()  # a closure loop never needs the train.py replay
-            passes = ClosurePasses(closure, self.settings.m_sharpness, no_sync, cuda_devices_of(self._params()))
+            passes = ClosurePasses(closure, self.settings.m_sharpness, no_sync, cuda_devices_of(self._params()),
+                                   self._params(), lambda: self.zero_grad_calls)
         elif no_sync is not None:
             raise ValueError('SAM.step(no_sync=...) needs a closure (the first pass is train.py\'s own)')
+        elif (problem := stepless_problem(self)) is not None:
+            raise ValueError(problem)
+        elif not self.recorder.calls and self._zero_gradient():
+            # g = 0: e = 0, the pass at w + e is the one at w (torch.distributed.checkpoint steps on zero gradients
+            # to create the optimizer's state)
+            self._plain_step(scaling)
+            return None
         else:
             passes = replay_passes(self.recorder, bool(self._params_with_grad()), self.sam_step_due,
                                    self.settings.m_sharpness)
@@ -261,6 +298,7 @@ class SAM(torch.optim.Optimizer):
             self._plain_step(scaling)
             return loss
         if passes.chunked:
+            refuse_sharded_chunks(self.settings.m_sharpness, self._params())
             refuse_loss_scaling(scaling is not NO_SCALING)
         return passes.result(self._sam_update(passes, scaling))
 
@@ -330,13 +368,14 @@ class SAM(torch.optim.Optimizer):
             return
         self.observe_sam_gradient(self._params_with_grad(), clean)
         self._apply(scaling.step, zero_grad)
+        self.after_sam_step()
 
     def _plain_step(self, scaling: LossScaling) -> None:
         """The base optimizer's step with the gradient at hand (``interval``): unscaled, overflow-checked, clipped."""
         scaling.unscale_first(self)
         params = self._params_with_grad()
         if scaling is not NO_SCALING and params:
-            if scaling.first_overflowed(float(total_norm([p.grad for p in params]))):
+            if scaling.first_overflowed(global_norm([p.grad for p in params], params)):
                 self._finish(False, scaling, {})
                 return
         self.adjust_plain_gradient(params)
@@ -359,11 +398,13 @@ class SAM(torch.optim.Optimizer):
             self._buffers.capture(self._module('its buffers (BatchNorm statistics) are updated by both passes'))
 
     def _keep(self, store: Dict[torch.Tensor, torch.Tensor], params: List[torch.Tensor],
-              values: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
-        """One persistent buffer per parameter in ``store`` (allocated once), filled with ``values`` if given."""
+              values: Optional[List[torch.Tensor]] = None,
+              shapes: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
+        """One persistent buffer per parameter in ``store`` (allocated once, shaped like ``values`` or ``shapes``:
+        the rank's shard), filled with ``values`` if given."""
         out = []
         for i, p in enumerate(params):
-            like = values[i] if values is not None else p
+            like = values[i] if values is not None else shapes[i]
             buf = store.get(p)
             if buf is None or buf.shape != like.shape or buf.dtype != like.dtype or buf.device != like.device:
                 store[p] = buf = torch.empty_like(like, memory_format=torch.preserve_format)
@@ -394,18 +435,12 @@ class SAM(torch.optim.Optimizer):
     def observe_sam_gradient(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
         """See the gradient a SAM step is about to apply, and g (LookSAM keeps its new direction)."""
 
+    def after_sam_step(self) -> None:
+        """After the base optimizer's step of a SAM step: its per-parameter state exists now (LookSAM stores g_v
+        there, beside the base optimizer's buffers)."""
+
     def adjust_plain_gradient(self, params: List[torch.Tensor]) -> None:
         """Change the gradient of a plain (non-SAM) step before it is applied (LookSAM's reuse)."""
-
-    def extra_state(self) -> Dict[str, Any]:
-        """What a variant adds to the state dict's ``"sam"`` entry (LookSAM: its kept direction)."""
-        return {}
-
-    def check_extra_state(self, entry: Dict[str, Any]) -> None:
-        """Raise a one-line ValueError if the loaded entry's extra state cannot be loaded."""
-
-    def load_extra_state(self, entry: Dict[str, Any]) -> None:
-        """Take the checked extra state of a loaded entry."""
 
     # ---- checkpoints, copies, repr ----------------------------------------------------------------------
 
@@ -415,7 +450,9 @@ class SAM(torch.optim.Optimizer):
         for pre_hook in self._optimizer_state_dict_pre_hooks.values():
             pre_hook(self)
         state_dict = self.base_optimizer.state_dict()
-        state_dict['sam'] = sam_entry(self.settings, self._updates, self.extra_state())
+        state_dict['sam'] = sam_entry(self.settings, self._updates)
+        for group in state_dict['param_groups']:  # where torch.distributed.checkpoint keeps it (it drops 'sam')
+            group[GROUP_KEY] = dict(state_dict['sam'])
         for post_hook in self._optimizer_state_dict_post_hooks.values():
             state_dict = post_hook(self, state_dict) or state_dict
         return state_dict
@@ -425,10 +462,9 @@ class SAM(torch.optim.Optimizer):
         is loaded; the checkpoint's settings win, and each one that differs from this run's is logged."""
         for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
             state_dict = pre_hook(self, state_dict) or state_dict
-        state_dict = dict(state_dict)
-        current = sam_entry(self.settings, self._updates, self.extra_state())
-        entry, settings = checked_entry(state_dict.pop('sam', None), current, self.settings)
-        self.check_extra_state(entry)
+        state_dict, loaded = split_entry(state_dict)
+        current = sam_entry(self.settings, self._updates)
+        entry, settings = checked_entry(loaded, current, self.settings)
         groups = state_dict.get('param_groups', [])
         for idx, group in enumerate(groups):
             self.settings.check_group(group, f' in param group {idx} of the loaded state dict')
@@ -436,7 +472,6 @@ class SAM(torch.optim.Optimizer):
         self.base_optimizer.load_state_dict(state_dict)
         self._add_group_defaults()
         self.settings, self._updates = settings, entry['step']
-        self.load_extra_state(entry)
         if changes:
             _logger.warning('SAM settings from the loaded state dict replace this run\'s: %s', '; '.join(changes))
         for post_hook in self._optimizer_load_state_dict_post_hooks.values():
@@ -445,14 +480,11 @@ class SAM(torch.optim.Optimizer):
     def __getstate__(self) -> Dict[str, Any]:
         if self._perturbed is not None:
             raise RuntimeError('SAM cannot be copied or pickled between first_step() and second_step()')
-        return dict({k: self.__dict__[k] for k in _COPIED}, extra_state=self.extra_state())
+        return {k: self.__dict__[k] for k in _COPIED}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        state = dict(state)
-        extra = state.pop('extra_state')
         self.__dict__.update(state)
         self._init_runtime()
-        self.load_extra_state(extra)
 
     def __repr__(self) -> str:
         values = ', '.join(f'{k}={v!r}' for k, v in self.settings.optimizer_values().items())

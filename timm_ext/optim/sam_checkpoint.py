@@ -1,22 +1,37 @@
 """SAM's entry in the optimizer state dict: build it, check a loaded one, and say which settings it changes.
 
-The state dict is the base optimizer's (its state, and the groups, which carry ``rho``/``adaptive``/``eta``)
-plus a ``"sam"`` entry: the family's optimizer-wide settings, the update count (``step``) and a variant's
-extra state (LookSAM's kept direction). A loaded entry is checked before anything is loaded and wins over
-this run's settings, so a resumed run continues exactly; each setting it changes is logged.
+The state dict is the base optimizer's (its per-parameter state, LookSAM's kept direction included, and the
+groups, which carry ``rho``/``adaptive``/``eta``) plus a ``"sam"`` entry: the family's optimizer-wide settings
+and the update count (``step``). Each group carries a copy of the entry under ``"sam_state"``, because
+``torch.distributed.checkpoint`` (FSDP2) keeps only ``state`` and ``param_groups``. A loaded entry is checked
+before anything is loaded and wins over this run's settings, so a resumed run continues exactly; each setting
+it changes is logged.
 """
 from typing import Any, Dict, List, Tuple
 
 from timm_ext.optim.sam_settings import SAMSettings
 
-__all__ = ['checked_entry', 'sam_entry', 'setting_changes']
+__all__ = ['GROUP_KEY', 'checked_entry', 'sam_entry', 'setting_changes', 'split_entry']
+
+GROUP_KEY = 'sam_state'
 
 _WHERE = ' in the loaded state dict'
 
 
-def sam_entry(settings: SAMSettings, updates: int, extra: Dict[str, Any]) -> Dict[str, Any]:
+def sam_entry(settings: SAMSettings, updates: int) -> Dict[str, Any]:
     """The ``"sam"`` entry of a state dict."""
-    return dict(settings.optimizer_values(), step=updates, **extra)
+    return dict(settings.optimizer_values(), step=updates)
+
+
+def split_entry(state_dict: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
+    """The base optimizer's state dict and SAM's entry (top level, else the groups' copy; None in a plain one)."""
+    state_dict = dict(state_dict)
+    entry = state_dict.pop('sam', None)
+    groups = [dict(g) for g in state_dict.get('param_groups', [])]
+    copies = [g.pop(GROUP_KEY, None) for g in groups]
+    if 'param_groups' in state_dict:
+        state_dict['param_groups'] = groups
+    return state_dict, entry if entry is not None else next((c for c in copies if c is not None), None)
 
 
 def checked_entry(loaded: Any, current: Dict[str, Any], settings: SAMSettings) -> Tuple[Dict[str, Any], SAMSettings]:

@@ -1,0 +1,145 @@
+"""Lightning settings SAM cannot make exact, refused in one line before the first update.
+
+Under automatic optimization Lightning hands ``SAM.step`` a closure built by its precision plugin,
+``functools.partial(plugin._wrap_closure, lightning_module, optimizer, closure)``: one call runs
+``training_step``, zero_grad and backward, then ``on_before_optimizer_step`` and the gradient clipping of
+``Trainer(gradient_clip_val=...)``. SAM calls it at w and at w + e, so plain, ``bf16-mixed``, DDP, schedulers
+and checkpoints are exact (``tests/test_integrations_lightning.py``). The trainer is read from the partial's
+arguments (the ``LightningModule``'s ``.trainer``), never guessed. Refused here:
+
+* ``gradient_clip_algorithm='value'``: it clips both passes, and clipping the first-pass gradient by value
+  turns the ascent direction e (clipping by norm keeps it, and equals SAM's own ``clip_grad``);
+* ``gradient_clip_val`` under GSAM / LookSAM: their update also reads the first-pass gradient Lightning clipped;
+* ``m_sharpness``: Lightning's closure cannot take the ``chunk`` that cuts its batch;
+* manual optimization's ``opt.step()`` without a closure: nothing to re-evaluate at w + e.
+
+Accumulation (``accumulate_grad_batches > 1``) needs no check of its own: its closure adds to gradients it did
+not zero, which ``closure_passes.ACCUMULATION`` refuses after the first pass, before any weight moves.
+
+Some Lightning routes never give SAM a closure: ``precision='16-mixed'`` (``MixedPrecision`` and
+``FSDPPrecision`` run the closure themselves, then ``GradScaler.step(optimizer)``) and DeepSpeed (its engine
+steps). ``lightning_problem(None, optimizer)``, for ``SAM.step()`` to call when it has no closure, finds that
+plugin's ``optimizer_step`` among the calling frames (by its code object, read-only, at most ``_MAX_FRAMES``
+up, the reference dropped at once) and names the setting; until SAM.step makes that call, these routes stop
+at the train.py replay's RuntimeError (no timm TrainingTask call captured), also before any weight moves.
+"""
+import functools
+import importlib
+import sys
+from typing import Any, Callable, Iterator, Optional
+
+__all__ = ['CLIP_VALUE', 'CLIP_VARIANT', 'DEEPSPEED', 'FP16', 'M_SHARPNESS', 'MANUAL_NO_CLOSURE',
+           'lightning_problem']
+
+_MAX_FRAMES = 32  # plugin.optimizer_step -> GradScaler.step / engine -> torch's step wrapper -> SAM.step -> checks
+_PREFIX = 'SAM under PyTorch Lightning: '
+CLIP_VALUE = (
+    _PREFIX + "Trainer(gradient_clip_val={val}, gradient_clip_algorithm='value') clips both of SAM's passes, and "
+    "clipping the first-pass gradient by value turns the ascent direction: leave gradient_clip_val unset and clip "
+    "the gradient SAM applies with the optimizer's clip_grad={val}, clip_mode='value' (opt_kwargs)")
+CLIP_VARIANT = (
+    _PREFIX + "Trainer(gradient_clip_val={val}) also clips the first-pass gradient that {name}'s update reads: "
+    "leave gradient_clip_val unset and pass clip_grad={val}, clip_mode='{mode}' to the optimizer (opt_kwargs)")
+M_SHARPNESS = (
+    _PREFIX + "m_sharpness={m} needs a closure that takes SAM's chunk and cuts its batch with it, and Lightning's "
+    "closure cannot: leave m_sharpness unset")
+MANUAL_NO_CLOSURE = (
+    _PREFIX + "manual optimization's opt.step() without a closure leaves SAM nothing to re-evaluate at w + e: "
+    "call opt.step(closure=fn) (fn zeroes the grads, runs manual_backward and returns the loss), or "
+    "opt.optimizer.first_step() / second_step() around a second forward-backward")
+FP16 = (
+    _PREFIX + "precision='16-mixed' runs the closure itself and then GradScaler.step(optimizer) without it, so "
+    "SAM cannot evaluate the loss at w + e: use precision='bf16-mixed' (or '32-true')")
+DEEPSPEED = (
+    _PREFIX + "a DeepSpeed strategy steps the optimizer inside its engine without the closure (and partitions the "
+    "gradients SAM takes one global norm of): use strategy='ddp'")
+
+
+def lightning_problem(closure: Optional[Callable[..., Any]], optimizer: Any) -> Optional[str]:
+    """The one line for a Lightning setting SAM cannot make exact; None when there is none (or no Lightning).
+
+    ``closure`` is what ``SAM.step`` received: Lightning's wrapped closure, or None (then the calling frames
+    say whether a Lightning plugin is stepping SAM without one)."""
+    if closure is None:
+        return _stepped_without_closure()
+    module = _lightning_module_of(closure)
+    if module is None:
+        return None
+    m_sharpness = getattr(getattr(optimizer, 'settings', None), 'm_sharpness', None)
+    if m_sharpness:
+        return M_SHARPNESS.format(m=m_sharpness)
+    inner = closure.args[2] if len(closure.args) > 2 else None
+    if not getattr(module, 'automatic_optimization', True) and _is_do_nothing_closure(inner):
+        return MANUAL_NO_CLOSURE
+    try:
+        trainer = module.trainer
+    except RuntimeError:  # not attached to a Trainer
+        return None
+    clip_val = getattr(trainer, 'gradient_clip_val', None)
+    if not clip_val or clip_val <= 0:
+        return None
+    algorithm = getattr(trainer, 'gradient_clip_algorithm', None) or 'norm'
+    mode = str(getattr(algorithm, 'value', algorithm)).lower()  # a str, or GradClipAlgorithmType.VALUE
+    if mode == 'value':
+        return CLIP_VALUE.format(val=clip_val)
+    if getattr(optimizer, 'needs_clean_gradient', False):  # GSAM, LookSAM: their hooks read the clipped g
+        return CLIP_VARIANT.format(val=clip_val, name=type(optimizer).__name__, mode=mode)
+    return None
+
+
+def _lightning_roots() -> Iterator[Any]:
+    """The Lightning packages this process has imported (``lightning.pytorch``, ``pytorch_lightning``)."""
+    for name in ('lightning.pytorch', 'pytorch_lightning'):
+        root = sys.modules.get(name)
+        if root is not None and hasattr(root, 'LightningModule'):
+            yield name, root
+
+
+def _lightning_module_of(closure: Any) -> Optional[Any]:
+    """The LightningModule among the arguments of a precision plugin's wrapped closure, else None."""
+    if not isinstance(closure, functools.partial):
+        return None
+    for _, root in _lightning_roots():
+        for arg in closure.args:
+            if isinstance(arg, root.LightningModule):
+                return arg
+    return None
+
+
+def _is_do_nothing_closure(inner: Any) -> bool:
+    for name, _ in _lightning_roots():
+        optimizer_module = sys.modules.get(f'{name}.core.optimizer')
+        if optimizer_module is not None and inner is getattr(optimizer_module, 'do_nothing_closure', None):
+            return True
+    return False
+
+
+def _stepped_without_closure() -> Optional[str]:
+    """FP16 or DEEPSPEED when a Lightning precision plugin that never passes the closure is stepping SAM."""
+    plugins = {}
+    for name, _ in _lightning_roots():
+        try:
+            precision = importlib.import_module(f'{name}.plugins.precision')
+        except ImportError:  # pragma: no cover - a partial install
+            continue
+        for cls_name in ('MixedPrecision', 'FSDPPrecision', 'DeepSpeedPrecision'):
+            cls = getattr(precision, cls_name, None)
+            code = getattr(getattr(cls, 'optimizer_step', None), '__code__', None)
+            if code is not None:
+                plugins[code] = cls_name
+    if not plugins:
+        return None
+    frame = sys._getframe(1)
+    try:
+        for _ in range(_MAX_FRAMES):
+            if frame is None:
+                return None
+            cls_name = plugins.get(frame.f_code)
+            if cls_name == 'DeepSpeedPrecision':
+                return DEEPSPEED
+            if cls_name is not None and getattr(frame.f_locals.get('self'), 'scaler', None) is not None:
+                return FP16
+            frame = frame.f_back
+    finally:
+        del frame
+    return None
