@@ -1159,3 +1159,25 @@ def test_step_after_first_step_under_the_attribute_contract_is_refused_at_w():
     with pytest.raises(RuntimeError, match=r"^SAM.step\(\) after first_step\(\) .*the weights are back at w$"):
         scaler.step(opt)
     assert all(torch.equal(a, p) for a, p in zip(w, model.parameters()))
+
+
+def test_cancel_step_puts_weights_and_buffers_back_and_the_next_step_captures_afresh():
+    """A driver whose second pass fails (an OOM in a framework's replay) abandons the step: nothing stepped, the
+    weights and BatchNorm statistics as at w, and the next SAM step keeps its own first pass's buffers."""
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Linear(8, 3))
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.2, model=model)
+    x, y = _batch()
+    F.cross_entropy(model(x), y).backward()
+    after_first = copy.deepcopy(model.state_dict())
+    opt.first_step()
+    F.cross_entropy(model(x * 3), y).backward()  # a second pass that moves the running statistics
+    opt.cancel_step()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in after_first.items())
+    assert opt.state_dict()['sam']['step'] == 0
+    opt.zero_grad()
+    F.cross_entropy(model(x + 1), y).backward()
+    stats = model[1].running_mean.clone()  # this step's first pass
+    opt.first_step()
+    F.cross_entropy(model(x), y).backward()
+    opt.second_step()
+    assert torch.equal(model[1].running_mean, stats)

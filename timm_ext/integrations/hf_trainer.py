@@ -147,5 +147,5 @@ class SAMTrainer(Trainer):
                 with sync(), rng.restored():
                     super().training_step(model, dict(inputs), num_items_in_batch)
         except BaseException:
-            sam.restore()  # back to w before the error leaves
+            sam.cancel_step()  # weights and buffers back at w before the error leaves
             raise

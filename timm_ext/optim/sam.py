@@ -217,6 +217,14 @@ class SAM(torch.optim.Optimizer):
         foreach_copy_([local(p) for p in perturbed], [self._backup[p] for p in perturbed])
 
     @torch.no_grad()
+    def cancel_step(self) -> None:
+        """Abandon a SAM step begun by ``first_step()`` (e.g. the second pass failed): the weights and the module's
+        buffers back as they were at w, nothing stepped."""
+        self._skip = False
+        self.restore()
+        self._buffers.restore()
+
+    @torch.no_grad()
     def first_step(self, zero_grad: bool = True, grad_scaler: Optional[Any] = None) -> None:
         """After the backward at w: move to w + e. The gradient is consumed (set to None unless ``zero_grad``
         is False). With ``grad_scaler`` (fp16) it is unscaled first; an inf/NaN makes this update a skipped one."""
@@ -264,8 +272,7 @@ class SAM(torch.optim.Optimizer):
         """
         if self._perturbed is not None:  # after first_step() and your second backward (a framework's step())
             if closure is not None or getattr(self, 'found_inf', None) is not None:
-                self.restore()
-                self._buffers.restore()
+                self.cancel_step()
                 raise RuntimeError('SAM.step() after first_step() finishes the update as second_step() does: call it '
                                    'without a closure, and with an fp16 GradScaler call sam.second_step(grad_scaler='
                                    'scaler) yourself (a wrapper hiding step\'s grad_scaler argument, e.g. '
@@ -327,9 +334,7 @@ class SAM(torch.optim.Optimizer):
                         clean.add_values(self._clean)
                     index += 1
             except BaseException:
-                self._skip = False
-                self.restore()
-                self._buffers.restore()
+                self.cancel_step()
                 raise
         self._buffers.restore()
         clean_grads = self._clean
