@@ -26,7 +26,8 @@ def _private_timm_ext_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture
 def offline_scripts(tmp_path, monkeypatch):
-    """A private timm-ext cache, no $TIMM_EXT_TIMM_TRAIN, and a network that fails the test if touched."""
+    """A private timm-ext cache, no $TIMM_EXT_TIMM_TRAIN, and a network that fails the test if touched (a download,
+    or the doctor's question whether one would work)."""
     from timm_ext.launch import timm_scripts
 
     monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
@@ -35,7 +36,11 @@ def offline_scripts(tmp_path, monkeypatch):
     def no_network(url, timeout=30.0):
         raise AssertionError(f'the test went to the network: {url}')
 
+    def no_probe(url, timeout=None):
+        pytest.fail(f'the test asked the network: {url}')  # not an Exception: download_problems raises it on
+
     monkeypatch.setattr(timm_scripts, 'fetch_url', no_network)
+    monkeypatch.setattr(timm_scripts, 'probe_url', no_probe)
 
 
 def require_timm_script(path):

@@ -276,6 +276,32 @@ def test_recipes_check(capsys, timm_scripts, tmp_path):
         "write a list: `device_modules: [timm_ext]`"]
 
 
+
+def test_a_sam_setting_out_of_range_stops_recipes_check_and_train(capsys, timm_scripts, tmp_path, data):
+    """`rho: -0.05` used to pass `recipes check` ("ok") and the pre-flight, then stop train.py when it built the
+    optimizer, after the model and the data: now one line in both, the words create_optimizer_v2 raises."""
+    from timm.optim import create_optimizer_v2
+
+    with pytest.raises(ValueError) as raised:
+        create_optimizer_v2(torch.nn.Linear(2, 2), 'samadamw', lr=0.1, rho=-0.05)
+    line = (f'opt_kwargs: {raised.value} (train.py would stop with this ValueError when it builds the optimizer, after '
+            f'the model and the data)')
+    assert str(raised.value) == 'SAM rho must be a finite number >= 0, got rho=-0.05'
+    recipe = tmp_path / 'bad_rho.yaml'
+    recipe.write_text('device_modules: [timm_ext]\nmodel: resnet18\nopt: samadamw\nopt_kwargs:\n  rho: -0.05\n')
+    code, out, _ = cli(capsys, 'recipes', 'check', recipe)
+    assert code == 1 and out.splitlines() == [f'FAIL {recipe}', f'     {line}']
+    small = ['--data-dir', str(data), '--num-classes', '2', '-b', '2', '--device', 'cpu', '--output', tmp_path / 'out']
+    code, out, err = cli(capsys, 'train', '-c', recipe, *small)
+    assert code == 2 and out == '' and _errors(err, 'train') == [line]
+    code, out, err = cli(capsys, 'train', '--model', 'resnet18', '--opt', 'gsamsgd', '--opt-kwargs', 'rho_min=0.1',
+                         'rho_max=0.04', *small)
+    assert code == 2 and _errors(err, 'train') == [
+        'opt_kwargs: GSAM rho_min must be <= rho_max, got rho_min=0.1 > rho_max=0.04 (train.py would stop with this '
+        'ValueError when it builds the optimizer, after the model and the data)']
+    assert not (tmp_path / 'out').exists()
+
+
 # --- models --------------------------------------------------------------------------------------
 
 def test_models_json_counts_against_independent_numbers(capsys):

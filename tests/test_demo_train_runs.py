@@ -43,7 +43,8 @@ def test_train_jobs_check_every_run_against_train_py_before_anything_is_written(
         for cls in range(10):
             (data / split / str(cls)).mkdir(parents=True)
             Image.new('RGB', (16, 16), (cls, cls, cls)).save(data / split / str(cls) / '0.png')
-    runs = [TrainRun(name, data, 'vit_tiny_patch16_224', opt, 1, SETTINGS, dict(img_size=16, patch_size=4))
+    sized = SETTINGS + ('--input-size', '3', '16', '16')  # the ViT is built for 16 px: the data too, as the demo's
+    runs = [TrainRun(name, data, 'vit_tiny_patch16_224', opt, 1, sized, dict(img_size=16, patch_size=4))
             for name, opt in (('a', 'adamw'), ('b', 'samadamw'))]
     jobs = train_jobs(runs, tmp_path / 'out', TRAIN_PY)
     assert [j.name for j in jobs] == ['a', 'b']

@@ -1,13 +1,17 @@
 """timm_ext.doctor and ``timm-ext doctor``: the report's values are the installed ones, and exit 1 says what to fix.
 
 timm's scripts are synthetic files whose sha256 replaces the shipped table, so nothing depends on
-../shared; the network is never used (``offline_scripts`` makes any download fail the test).
+../shared; the network is never used (``offline_scripts`` makes any download, or any question to the
+server, fail the test; the ``online`` tests replace ``probe_url`` with the server's answer).
 """
 import hashlib
 import json
 import os
 import platform
 import sys
+import threading
+import time
+import urllib.error
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,13 +28,15 @@ import timm_ext
 from timm_ext import doctor
 from timm_ext._requirements import declared_requirements
 from timm_ext.cli import main
-from timm_ext.launch import release_table
+from timm_ext.launch import release_table, timm_scripts
 
 TRAIN, VALIDATE = 'print("train")\n', 'print("validate")\n'
 TAG = f'v{Version(timm.__version__).public}'  # the table's one release is the installed timm's
 CHECKS = ['python', 'platform', 'torch', 'torchvision', 'timm', 'timm-ext', 'safetensors', 'huggingface-hub',
           'devices', 'train.py', 'validate.py', 'cache', 'offline']
 URL = f'https://raw.githubusercontent.com/huggingface/pytorch-image-models/{TAG}/{{}}'
+READY = 'ready: everything a training run needs is there'
+PAD = ' ' * 23  # under the status and the name: where a check's fix line starts
 
 
 def _sha(text: str) -> str:
@@ -51,9 +57,13 @@ def table(offline_scripts, tmp_path, monkeypatch):
 
 @pytest.fixture
 def online(monkeypatch):
+    """No offline setting, and a server that answers every question (a test replaces it to fail): the URLs asked."""
     for var in ('HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE'):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_OFFLINE', False)
+    asked = []
+    monkeypatch.setattr(timm_scripts, 'probe_url', lambda url, timeout=None: asked.append((url, timeout)))
+    return asked
 
 
 @pytest.fixture
@@ -95,6 +105,8 @@ def test_json_holds_the_installed_versions(capsys, monkeypatch, release):
         assert set(checks[name]) >= {'value', 'ok', 'required', 'fix'} and checks[name]['ok'] is True
     assert [name for name in CHECKS if checks[name]['required']] == [
         'python', 'torch', 'torchvision', 'timm', 'timm-ext', 'safetensors', 'huggingface-hub', 'train.py']
+    assert report['summary'] == READY and report['commands'] == {'train': True, 'validate': True, 'demo': True}
+    assert (checks['train.py']['downloadable'], checks['train.py']['download_error']) == (None, None)
 
 
 def test_text_table_and_ready_line(capsys, monkeypatch, release):
@@ -124,6 +136,7 @@ def test_torchvision_built_for_another_torch(capsys, monkeypatch, release):
     code, out, err = cli(capsys, '--json')
     report = json.loads(out)
     assert (code, report['ok'], report['fix'], err) == (1, False, fix, f'timm-ext doctor: not ready: {fix}\n')
+    assert report['commands'] == {'train': False, 'validate': False, 'demo': False}  # nothing starts
     assert report['checks']['torchvision']['ops'] is False and report['checks']['torchvision']['required']
 
 
@@ -194,7 +207,8 @@ def test_unknown_sha256_fails_unless_allowed(capsys, tmp_path):
     code, out, _ = cli(capsys, '--timm-train', edited)
     refusal = (f'--timm-train {edited}: its sha256 {digest[:16]}... is not the train.py of any timm release '
                f'timm-ext knows ({TAG}); pass --allow-unverified to run it anyway')
-    assert code == 1 and out.splitlines()[-1] == f'not ready: {refusal}'
+    # validate.py is neither given nor cached, and offline (the tests' HF_HUB_OFFLINE=1): it cannot start either
+    assert code == 1 and out.splitlines()[-1] == f'not ready: timm-ext train and validate cannot start: {refusal}'
     code, out, _ = cli(capsys, '--json', '--timm-train', edited, '--allow-unverified')
     check = json.loads(out)['checks']['train.py']
     assert code == 0 and check['ok'] and (check['sha256'], check['sha256_known'], check['tag']) == (digest, False, None)
@@ -202,7 +216,15 @@ def test_unknown_sha256_fails_unless_allowed(capsys, tmp_path):
                               f'--allow-unverified)')
 
 
-def test_not_found_online_would_download(capsys, tmp_path, online):
+def _give(name, tmp_path):
+    """The fix of a script neither given, cached nor downloadable (train.py's is spelt out in the tests)."""
+    flag, other = ('--timm-train', 'validate.py') if name == 'train.py' else ('--timm-validate', 'train.py')
+    return (f'give {name} once with {flag} PATH or TIMM_EXT_TIMM_TRAIN=PATH (timm\'s {name} or its folder; it is '
+            f'then cached, with the {other} beside it), or save the {name} of {TAG} as '
+            f'{_cache(tmp_path) / TAG / name}; timm-ext demo runs without it (built-in loop)')
+
+
+def test_not_found_online_is_downloadable_now(capsys, tmp_path, online):
     code, out, _ = cli(capsys, '--json')
     report = json.loads(out)
     check = report['checks']['train.py']
@@ -210,19 +232,107 @@ def test_not_found_online_would_download(capsys, tmp_path, online):
     assert code == 0 and report['ok'] and report['checks']['offline']['value'] == 'no'
     assert (check['source'], check['path'], check['url'], check['download_to']) == (
         'download', None, URL.format('train.py'), str(target))
-    assert check['value'] == f'not found: would download {URL.format("train.py")} on first use (saved as {target})'
-    assert check['notes'] == []
+    assert (check['downloadable'], check['download_error'], check['notes']) == (True, None, [])
+    assert check['value'] == (f'not given or cached; downloadable now from {URL.format("train.py")} (saved as '
+                              f'{target} on first use)')
+    assert report['summary'] == READY and report['commands'] == {'train': True, 'validate': True, 'demo': True}
+    # both asked (HEAD, with the short timeout), nothing downloaded or written
+    assert sorted(online) == [(URL.format('train.py'), 4.0), (URL.format('validate.py'), 4.0)]
+    assert not (tmp_path / 'cache').exists()
+
+
+@pytest.mark.parametrize('error, reason', [
+    (urllib.error.URLError(OSError(-2, 'Name or service not known')), '[Errno -2] Name or service not known'),
+    (urllib.error.HTTPError(URL.format('train.py'), 404, 'Not Found', None, None), 'HTTP 404 Not Found'),
+    (urllib.error.URLError(TimeoutError('timed out')), 'no answer within 4 s'),  # the connection timed out
+    (TimeoutError('The read operation timed out'), 'no answer within 4 s'),  # the answer did
+], ids=['dns', 'http-404', 'connect-timeout', 'read-timeout'])
+def test_not_downloadable_now_names_why_and_what_to_do(capsys, tmp_path, online, monkeypatch, error, reason):
+    def fails(url, timeout=None):
+        raise error
+
+    monkeypatch.setattr(timm_scripts, 'probe_url', fails)
+    fix = (f'give train.py once with --timm-train PATH or TIMM_EXT_TIMM_TRAIN=PATH (timm\'s train.py or its folder; '
+           f'it is then cached, with the validate.py beside it), or save the train.py of {TAG} as '
+           f'{_cache(tmp_path) / TAG / "train.py"}; timm-ext demo runs without it (built-in loop)')
+    assert fix == _give('train.py', tmp_path)
+    summary = f'not ready: timm-ext train and validate cannot start: {fix}'
+    code, out, _ = cli(capsys)
+    assert code == 1 and out.splitlines()[9:] == [
+        f'FAIL  train.py         not given or cached, and not downloadable now: {URL.format("train.py")} ({reason})',
+        f'{PAD}fix: {fix}',
+        f'warn  validate.py      not given or cached, and not downloadable now: {URL.format("validate.py")} '
+        f'({reason})',
+        f'{PAD}fix: {_give("validate.py", tmp_path)}',
+        f'ok    cache            {_cache(tmp_path)} (not created yet)',
+        'ok    offline          no',
+        summary]
+    code, out, err = cli(capsys, '--json')
+    report = json.loads(out)
+    assert (code, report['ok'], report['fix'], report['summary'], err) == (
+        1, False, fix, summary, f'timm-ext doctor: {summary}\n')
+    assert report['commands'] == {'train': False, 'validate': False, 'demo': True}
+    for name in ('train.py', 'validate.py'):
+        check = report['checks'][name]
+        assert (check['ok'], check['required'], check['source'], check['downloadable'], check['download_error']) == (
+            False, name == 'train.py', 'download', False, reason)
+        assert check['fix'] == _give(name, tmp_path)
+
+
+def test_a_server_that_does_not_answer_costs_the_timeout_once(capsys, tmp_path, online, monkeypatch):
+    """Both scripts are asked at once and waited for together: a hanging lookup costs the timeout, not twice it."""
+    released = threading.Event()
+
+    def hangs(url, timeout=None):
+        released.wait(10)
+        raise urllib.error.URLError('too late')
+
+    monkeypatch.setattr(timm_scripts, 'probe_url', hangs)
+    monkeypatch.setattr(timm_scripts, 'PROBE_TIMEOUT_S', 0.5)
+    try:
+        started = time.monotonic()
+        report = doctor.collect()
+        elapsed = time.monotonic() - started
+        started = time.monotonic()
+        answers = timm_scripts.download_problems([URL.format('train.py')], timeout=0.2)
+        waited = time.monotonic() - started
+    finally:
+        released.set()
+    assert report['train.py'].value == (f'not given or cached, and not downloadable now: {URL.format("train.py")} '
+                                        f'(no answer within 0.5 s)')
+    assert report['validate.py'].details['download_error'] == 'no answer within 0.5 s'
+    assert 0.5 <= elapsed < 0.5 + 2.0  # the rest of collect() takes well under a second
+    assert answers == {URL.format('train.py'): 'no answer within 0.2 s'} and 0.2 <= waited < 0.2 + 0.5
+
+
+def test_validate_py_alone_missing_keeps_ready(capsys, tmp_path, online, monkeypatch, release):
+    def offline(url, timeout=None):
+        raise urllib.error.URLError('no network')
+
+    monkeypatch.setattr(timm_scripts, 'probe_url', offline)
+    code, out, _ = cli(capsys, '--timm-train', release / 'train.py')
+    assert code == 0 and out.splitlines()[-1] == (
+        f'{READY}; timm-ext validate cannot start: {_give("validate.py", tmp_path)}')
+    assert out.splitlines()[9].startswith('ok    train.py         ')
+    assert out.splitlines()[10].startswith('warn  validate.py      not given or cached, and not downloadable now: ')
+    code, out, err = cli(capsys, '--json', '--timm-train', release / 'train.py')
+    report = json.loads(out)
+    assert (code, report['ok'], report['fix'], err) == (0, True, None, '')
+    assert report['commands'] == {'train': True, 'validate': False, 'demo': True}
 
 
 def test_not_found_offline_is_the_one_thing_to_fix(capsys, tmp_path, online, monkeypatch):
     monkeypatch.setenv('TRANSFORMERS_OFFLINE', 'yes')
     code, out, _ = cli(capsys)
-    target = _cache(tmp_path) / TAG / 'train.py'
-    assert code == 1 and out.splitlines()[-1] == (
-        f'not ready: train.py is not on this machine and TRANSFORMERS_OFFLINE=yes is set (offline): give it once '
-        f'with --timm-train PATH or TIMM_EXT_TIMM_TRAIN=PATH (it is then cached), or save the train.py of {TAG} '
-        f'as {target}')
+    fix = _give('train.py', tmp_path)
+    assert code == 1 and out.splitlines()[9:11] == [
+        'FAIL  train.py         not given or cached; a download was not tried: offline (TRANSFORMERS_OFFLINE=yes)',
+        f'{PAD}fix: {fix}']
+    assert out.splitlines()[-1] == f'not ready: timm-ext train and validate cannot start: {fix}'
     assert 'ok    offline          yes (TRANSFORMERS_OFFLINE=yes)' in out.splitlines()
+    assert online == []  # offline: the network was not asked
+    check = json.loads(cli(capsys, '--json')[1])['checks']['train.py']
+    assert (check['downloadable'], check['download_error'], check['fix']) == (None, None, fix)
 
 
 def test_offline_setting(online, monkeypatch, release):

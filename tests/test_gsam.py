@@ -198,7 +198,8 @@ def test_gsam_names_build_gsam_over_their_base():
     (dict(rho_max=0.1, rho_min=0.2), r'rho_min must be <= rho_max, got rho_min=0.2 > rho_max=0.1'),
     (dict(alpha=1.0), r'GSAM alpha must be in \[0, 1\), got alpha=1.0'),
     (dict(alpha=-0.1), r'GSAM alpha must be in \[0, 1\), got alpha=-0.1'),
-    (dict(rho_max=-1.0), r'rho must be a finite number >= 0, got rho=-1.0'),
+    (dict(rho_max=-1.0), r'^GSAM rho_max must be a finite number >= 0, got rho_max=-1.0$'),  # the setting named
+    (dict(rho_min=-1.0), r'^GSAM rho_min must be a finite number >= 0, got rho_min=-1.0$'),
     (dict(lr_min=-0.1), r'lr_min must be a number >= 0, got lr_min=-0.1'),
     (dict(lr_max=0.01, lr_min=0.1), r'lr_max must be >= lr_min=0.1 or None'),
     (dict(interval=0), r'interval must be an integer >= 1 .*got interval=0'),

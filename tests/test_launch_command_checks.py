@@ -18,6 +18,7 @@ from typing import Dict, List
 import pytest
 import torch
 from _cli import run_cli
+from _sam_settings_cases import BAD, GOOD, case_id, factory_error
 from conftest import require_timm_script
 
 from timm_ext.launch.command_checks import check_train_args, check_train_command, check_validate_args
@@ -152,6 +153,102 @@ def test_model_names_left_to_timm(capsys, tiny):
     for model in ('resnet18.a1_in1k', 'hf-hub:timm/resnet18.a1_in1k', 'local-dir:/nowhere/model'):
         passes(capsys, 'train', '--model', model, '--data-dir', tiny, '--num-classes', '2', '-b', '2',
                '--device', 'cpu')
+
+
+# --- the input size --------------------------------------------------------------------------------
+
+_VIT_AT_32 = "AssertionError: Input height (32) doesn't match model (224)."
+_CONVSTEM_AT_32 = ('AssertionError: Input height 32 does not match the model img_size (224, 224); create the model '
+                   'with this img_size or dynamic_img_size=True.')
+
+
+def test_an_input_size_a_vit_cannot_take(capsys, tiny, tmp_path):
+    """The command a user types: a ViT built for 224 px at --img-size 32 is refused before train.py builds the model
+    and the data (where it would stop at its first batch), with the fixes, each of them tried; and nothing is made."""
+    args = ['--model', 'vit_tiny_patch16_224', '--data-dir', tiny, '--num-classes', '2', '-b', '2', '--device', 'cpu',
+            '--output', tmp_path / 'out']
+    assert refused(capsys, 'train', *args, '--img-size', '32') == (
+        f'--img-size 32: vit_tiny_patch16_224 does not take 32x32 images, it is built for 224x224 (train.py would '
+        f'stop at its first batch: {_VIT_AT_32}): add --model-kwargs img_size=32 (or dynamic_img_size=True), or train '
+        f'at its own size, --img-size 224')
+    assert not (tmp_path / 'out').exists()
+    passes(capsys, 'train', *args, '--img-size', '32', '--model-kwargs', 'img_size=32')
+    passes(capsys, 'train', *args, '--img-size', '32', '--model-kwargs', 'dynamic_img_size=True')
+    passes(capsys, 'train', *args, '--img-size', '224')
+    # not square, with the user's other model_kwargs kept in the fix (a new --model-kwargs replaces them all)
+    assert refused(capsys, 'train', *args, '--input-size', '3', '32', '48', '--model-kwargs', 'depth=2') == (
+        "--input-size 3 32 48: vit_tiny_patch16_224 does not take 32x48 images, it is built for 224x224 (train.py "
+        "would stop at its first batch: AssertionError: Input height (32) doesn't match model (224).): add "
+        "--model-kwargs depth=2 img_size=(32,48) (or depth=2 dynamic_img_size=True), or train at its own size, "
+        "--input-size 3 224 224")
+    passes(capsys, 'train', *args, '--input-size', '3', '32', '48', '--model-kwargs', 'depth=2', 'img_size=(32,48)')
+
+
+def test_an_input_size_of_the_recipe_or_of_the_pretrained_cfg(capsys, tiny, tmp_path):
+    recipe = tmp_path / 'cifar_vit.yaml'
+    recipe.write_text('device_modules: [timm_ext]\nmodel: vit_tiny_cb\nimg_size: 32\n')
+    args = ['--data-dir', tiny, '--num-classes', '2', '-b', '2', '--device', 'cpu']
+    assert refused(capsys, 'train', '-c', recipe, *args) == (
+        f'img_size 32 of the recipe: vit_tiny_cb does not take 32x32 images, it is built for 224x224 (train.py would '
+        f'stop at its first batch: {_VIT_AT_32}): add --model-kwargs img_size=32 (or dynamic_img_size=True), or '
+        f'train at its own size, --img-size 224')
+    # built for 32 px by its model_kwargs, no size given: train.py takes the pretrained cfg's 224 for the data
+    assert refused(capsys, 'train', '--model', 'vit_tiny_patch16_224', '--model-kwargs', 'img_size=32', *args) == (
+        "no --img-size or --input-size, so train.py feeds vit_tiny_patch16_224 224x224 images (its pretrained cfg's "
+        "input_size), but the model (--model-kwargs img_size=32) is built for 32x32 and does not take them (train.py "
+        "would stop at its first batch: AssertionError: Input height (224) doesn't match model (32).): add "
+        "--img-size 32")
+    passes(capsys, 'train', '--model', 'vit_tiny_patch16_224', '--model-kwargs', 'img_size=32', '--img-size', '32',
+           *args)
+
+
+@pytest.mark.parametrize('model, error, fixes', [pytest.param(*case, id=case[0]) for case in [
+    ('vit_tiny_patch16_224', _VIT_AT_32, 'img_size=32 (or dynamic_img_size=True)'),
+    ('deit_tiny_patch16_224', _VIT_AT_32, 'img_size=32 (or dynamic_img_size=True)'),
+    ('swin_tiny_patch4_window7_224', _VIT_AT_32, 'img_size=32 (or dynamic_img_size=True)'),
+    ('vit_tiny_cb', _VIT_AT_32, 'img_size=32 (or dynamic_img_size=True)'),
+    ('vit_small_convstem', _CONVSTEM_AT_32, 'img_size=32 (or dynamic_img_size=True)'),
+    ('mixer_s16_cb', _VIT_AT_32, 'img_size=32'),  # no dynamic_img_size in MLP-Mixer: not offered
+    ('pit_b_cb', 'RuntimeError', 'img_size=32'),  # a long broadcast error: its type only
+    ('volo_d1_convstem', _CONVSTEM_AT_32, 'img_size=32'),
+]])
+def test_models_built_for_224_at_32(train_parser, tiny, model, error, fixes):
+    """timm's and timm-ext's fixed-size models, each at a size it cannot take; a real forward on the CPU agrees with
+    the check's meta-device one, refused and fixed."""
+    import timm
+
+    argv = ['--model', model, '--img-size', '32', '--data-dir', str(tiny), '--num-classes', '2', '-b', '2',
+            '--device', 'cpu']
+    assert check_train_command(train_parser, argv, cuda_available=False).problems == [
+        f'--img-size 32: {model} does not take 32x32 images, it is built for 224x224 (train.py would stop at its '
+        f'first batch: {error}): add --model-kwargs {fixes}, or train at its own size, --img-size 224']
+    text = error.partition(': ')[2]
+    with torch.no_grad(), pytest.raises(Exception, match=re.escape(text) if text else None):
+        timm.create_model(model, num_classes=2).eval()(torch.zeros(1, 3, 32, 32))
+    fixed = argv + ['--model-kwargs', fixes.split()[0]]
+    assert check_train_command(train_parser, fixed, cuda_available=False).problems == []
+    with torch.no_grad():
+        assert timm.create_model(model, num_classes=2, img_size=32).eval()(torch.zeros(1, 3, 32, 32)).shape == (1, 2)
+
+
+@pytest.mark.parametrize('model, size', [
+    ('resnet50', ['--img-size', '32']),
+    ('resnet18', ['--input-size', '3', '40', '56']),
+    ('alternet_50_cifar', ['--img-size', '64']),
+    ('alternet_50_cifar', ['--img-size', '224']),
+    ('vit_tiny_patch16_224', ['--img-size', '48', '--model-kwargs', 'dynamic_img_size=True']),
+    ('vit_tiny_cb', ['--img-size', '48', '--model-kwargs', 'dynamic_img_size=True']),
+    ('vit_small_convstem', ['--img-size', '96', '--model-kwargs', 'dynamic_img_size=True']),
+    ('deit_tiny_patch16_224', ['--input-size', '3', '32', '48', '--model-kwargs', 'img_size=(32,48)']),
+    ('swin_tiny_patch4_window7_224', ['--img-size', '32', '--model-kwargs', 'img_size=32']),
+    ('mixer_s16_cb', ['--img-size', '32', '--model-kwargs', 'img_size=32']),
+    ('pit_b_cb', ['--img-size', '32', '--model-kwargs', 'img_size=32']),
+    ('volo_d1_convstem', ['--img-size', '32', '--model-kwargs', 'img_size=32']),
+    ('vit_tiny_cb', ['--model-kwargs', 'patch_size=8']),  # its pretrained cfg's 224, divisible by 8
+])
+def test_sizes_a_model_takes_pass(train_parser, tiny, model, size):
+    argv = ['--model', model, *size, '--data-dir', str(tiny), '--num-classes', '2', '-b', '2', '--device', 'cpu']
+    assert check_train_command(train_parser, argv, cuda_available=False).problems == []
 
 
 # --- data ------------------------------------------------------------------------------------------
@@ -596,6 +693,39 @@ def test_baseline_that_takes_the_setting_is_not_refused(train_parser):
         "--opt rmsprop replaces the recipe's SAM optimizer 'gsamadamw', but opt_kwargs still carry SAM's rho_max, "
         "which rmsprop does not take: give the baseline its own --opt-kwargs (a bare `--opt-kwargs` clears them; "
         "train.py's --clip-grad clips)"]
+
+
+@pytest.mark.parametrize('case', BAD, ids=case_id)
+def test_a_bad_sam_setting_is_refused_in_the_optimizers_own_words(train_parser, case):
+    """The settings' own checks, before train.py builds anything: each bad value is the one line (the text
+    create_optimizer_v2 raises), from the recipe's opt_kwargs and from --opt-kwargs alike."""
+    opt, opt_kwargs = case
+    line = (f'opt_kwargs: {factory_error(opt, opt_kwargs)} (train.py would stop with this ValueError when it builds '
+            f'the optimizer, after the model and the data)')
+    assert check_train_args(train_parser, ['--device', 'cpu'], {'opt': opt, 'opt_kwargs': opt_kwargs}) == [line]
+    if all(isinstance(v, (int, str)) or v is None for v in opt_kwargs.values()):  # what the command line can spell
+        argv = ['--device', 'cpu', '--opt', opt, '--opt-kwargs', *[f'{k}={v!r}' for k, v in opt_kwargs.items()]]
+        assert check_train_args(train_parser, argv) == [line]
+
+
+@pytest.mark.parametrize('case', GOOD, ids=case_id)
+def test_good_sam_settings_pass(train_parser, case):
+    opt, opt_kwargs = case
+    assert check_train_args(train_parser, ['--device', 'cpu'], {'opt': opt, 'opt_kwargs': opt_kwargs}) == []
+
+
+def test_sam_settings_of_a_recipe_under_the_command_lines_optimizer(train_parser):
+    """The settings are checked for the optimizer the command builds: a baseline --opt over a SAM recipe gets the
+    leftover line, not the settings' (it does not take them at all); --opt-kwargs replaces the recipe's."""
+    recipe = {'device_modules': ['timm_ext'], 'opt': 'samadamw', 'opt_kwargs': {'rho': -0.05}}
+    assert check_train_args(train_parser, ['--device', 'cpu', '--opt', 'adamw'], recipe) == [
+        "--opt adamw replaces the recipe's SAM optimizer 'samadamw', but opt_kwargs still carry SAM's rho, which "
+        "adamw does not take: give the baseline its own --opt-kwargs (a bare `--opt-kwargs` clears them; train.py's "
+        "--clip-grad clips)"]
+    assert check_train_args(train_parser, ['--device', 'cpu', '--opt-kwargs', 'rho=0.05'], recipe) == []
+    assert check_train_args(train_parser, ['--device', 'cpu', '--opt', 'gsamsgd'], recipe) == [  # GSAM has no rho
+        "opt_kwargs key 'rho' is not an argument of the optimizer timm builds for opt 'gsamsgd' (train.py would stop "
+        "with TypeError): did you mean 'rho_min'?"]
 
 
 def test_command_line_sam_underscore_and_rejected_arguments(train_parser):

@@ -86,6 +86,84 @@ def test_run_folder_picks_last_or_best(tmp_path):
         run_checkpoint(tmp_path / 'last.pth.tar', best=True)
 
 
+def _folder(tmp_path: Path) -> Path:
+    """An ImageFolder with the validation split validate.py reads: one class, one image."""
+    from PIL import Image
+    (tmp_path / 'data' / 'validation' / 'c0').mkdir(parents=True)
+    Image.new('RGB', (16, 16)).save(tmp_path / 'data' / 'validation' / 'c0' / '0.png')
+    return tmp_path / 'data'
+
+
+def _saved_run(folder: Path, names=('last.pth.tar',), args: bool = True) -> Path:
+    """A run folder as train.py leaves it (``names``: its checkpoints, each with train.py's namespace under ``args``
+    unless not ``args``: a bare state_dict), but without its args.yaml."""
+    import timm
+    model = timm.create_model('vit_tiny_cb', num_classes=10, **TRAIN_ARGS['model_kwargs'])
+    folder.mkdir(parents=True)
+    for name in names:
+        saved = {'state_dict': model.state_dict()}
+        if args:
+            saved.update(arch='vit_tiny_cb', epoch=1, args=argparse.Namespace(**TRAIN_ARGS))
+        torch.save(saved, folder / name)
+    return folder
+
+
+def test_a_run_folder_without_args_yaml_is_read_from_its_checkpoint(tmp_path, capsys, validate_parser):
+    """args.yaml gone: the checkpoint's own arguments (train.py's namespace, read weights-only) give the model and
+    the preprocessing, never validate.py's default dpn92; with several checkpoints, a note names the one used."""
+    common = ['validate', '--timm-validate', str(VALIDATE_PY), '--dry-run', '--data-dir', str(_folder(tmp_path))]
+    one = _saved_run(tmp_path / 'one')
+    code, out, err = run_cli(capsys, *common, '--checkpoint', one)
+    assert code == 0 and f'--checkpoint {one / "last.pth.tar"} --model vit_tiny_cb --model-kwargs img_size=16' in out
+    assert [line for line in err.splitlines() if 'note: from' in line] == [
+        'timm-ext validate: note: from one/last.pth.tar: --model vit_tiny_cb, --model-kwargs img_size=16 patch_size=4 '
+        'embed_dim=32 depth=2 num_heads=2 stem=conv, --num-classes 10, --input-size 3 16 16, --crop-pct 1.0, '
+        '--interpolation bilinear, --mean 0.5 0.5 0.5, --std 0.5 0.5 0.5, --device cpu, --use-train-size']
+    several = _saved_run(tmp_path / 'several', ('checkpoint-0.pth.tar', 'last.pth.tar', 'model_best.pth.tar'))
+    code, out, err = run_cli(capsys, *common, '--checkpoint', several)
+    assert code == 0 and f'--checkpoint {several / "last.pth.tar"} --model vit_tiny_cb' in out
+    assert f'timm-ext validate: note: {several} has no args.yaml: validating last.pth.tar with the arguments ' \
+           f'train.py saved in it (the folder holds checkpoint-0.pth.tar, last.pth.tar, model_best.pth.tar; --best ' \
+           f'takes model_best.pth.tar, --checkpoint FILE another)' in err.splitlines()
+    code, out, err = run_cli(capsys, *common, '--checkpoint', several, '--best')
+    assert code == 0 and f'--checkpoint {several / "model_best.pth.tar"} --model vit_tiny_cb' in out
+    assert f'timm-ext validate: note: {several} has no args.yaml: validating model_best.pth.tar with the arguments ' \
+           f'train.py saved in it (the folder holds checkpoint-0.pth.tar, last.pth.tar, model_best.pth.tar; ' \
+           f'--checkpoint FILE another)' in err.splitlines()
+    # a folder of checkpoints with --model: validate.py's own reading, each file with that model
+    code, out, _ = run_cli(capsys, *common, '--checkpoint', several, '--model', 'vit_tiny_cb', '--device', 'cpu')
+    assert code == 0 and out.split()[-6:] == ['--checkpoint', str(several), '--model', 'vit_tiny_cb', '--device', 'cpu']
+
+
+def test_a_folder_validate_py_would_read_with_its_default_model_is_one_line(tmp_path, capsys, validate_parser):
+    common = ['validate', '--timm-validate', str(VALIDATE_PY), '--dry-run', '--data-dir', str(_folder(tmp_path)),
+              '--checkpoint']
+    bare = _saved_run(tmp_path / 'bare', ('last.pth.tar', 'model_best.pth.tar'), args=False)
+    code, out, err = run_cli(capsys, *common, bare)
+    assert code == 2 and out == '' and err.splitlines()[-1] == (
+        f'timm-ext validate: error: {bare / "last.pth.tar"} holds no train.py arguments and {bare} has no args.yaml, '
+        f'so its model is unknown (validate.py would validate every file there with its default dpn92): give one of '
+        f'its checkpoints (last.pth.tar, model_best.pth.tar) and its model: --checkpoint {bare / "last.pth.tar"} '
+        f'--model NAME')
+    code, out, _ = run_cli(capsys, *common, bare / 'last.pth.tar', '--model', 'vit_tiny_cb', '--model-kwargs',
+                           *[f'{k}={v}' for k, v in TRAIN_ARGS['model_kwargs'].items()], '--num-classes', '10',
+                           '--device', 'cpu')
+    assert code == 0 and f'--checkpoint {bare / "last.pth.tar"}' in out and '--model vit_tiny_cb' in out  # the fix
+    (tmp_path / 'empty').mkdir()
+    code, out, err = run_cli(capsys, *common, tmp_path / 'empty')
+    assert code == 2 and out == '' and err.splitlines()[-1] == (
+        f'timm-ext validate: error: --checkpoint {tmp_path / "empty"} holds no checkpoint (*.pth.tar, *.pth) and no '
+        f'args.yaml: give the folder train.py wrote (OUTPUT/train/RUN) or a checkpoint file')
+    kept = _saved_run(tmp_path / 'kept', ('checkpoint-3.pth.tar', 'checkpoint-4.pth.tar'))
+    code, out, err = run_cli(capsys, *common, kept)
+    assert code == 2 and out == '' and err.splitlines()[-1] == (
+        f'timm-ext validate: error: --checkpoint {kept} holds 2 checkpoints (checkpoint-3.pth.tar, '
+        f'checkpoint-4.pth.tar) and no args.yaml or last.pth.tar: give one, e.g. --checkpoint '
+        f'{kept / "checkpoint-4.pth.tar"} (with --model NAME if it holds no train.py arguments), or --model NAME to '
+        f'validate each')
+    assert sorted(p.name for p in kept.iterdir()) == ['checkpoint-3.pth.tar', 'checkpoint-4.pth.tar']  # untouched
+
+
 def _digits(tmp_path: Path) -> Path:
     from timm_ext.data import digits_image_folder
     return digits_image_folder(tmp_path / 'digits', size=16)
@@ -135,6 +213,14 @@ def test_validate_on_the_run_folder_prints_train_pys_top1(tmp_path, validate_par
 
     proc = _validate(tmp_path, '--checkpoint', str(run), '--best', '--data-dir', str(data))
     assert proc.returncode == 0 and abs(proc.result['top1'] - best) < 0.1, (proc.result, rows)
+
+    # args.yaml gone: the same top-1 from the arguments train.py saved in the checkpoint (validate.py alone would
+    # validate every file of the folder with its default dpn92 and exit 0)
+    (run / 'args.yaml').rename(tmp_path / 'args.yaml')
+    proc = _validate(tmp_path, '--checkpoint', str(run), '--data-dir', str(data))
+    assert proc.returncode == 0 and proc.result['model'] == 'vit_tiny_cb', proc.stderr[-3000:]
+    assert abs(proc.result['top1'] - last) < 0.1, (proc.result, rows)
+    (tmp_path / 'args.yaml').rename(run / 'args.yaml')
 
     # what the route replaces: validate.py's own preprocessing and weights (the model, no EMA, ImageNet's
     # mean/std, its default crop) give another top-1

@@ -3,15 +3,21 @@ how a command line is read as the script reads it.
 
 Most tests run against a table of synthetic scripts (their sha256 computed here with hashlib), so
 they do not depend on timm's real files; the shipped table is checked against the real scripts of
-../shared/timm-train when they are there. The network is never used: ``fetch_url`` is replaced.
+../shared/timm-train when they are there (or at $TIMM_EXT_TIMM_TRAIN), and so is the caching of the script
+beside a given one, through ``timm-ext`` too. The network is never used: ``fetch_url`` is replaced.
 """
 import hashlib
 import os
+import shlex
 import stat
+import sys
 import urllib.error
 from pathlib import Path
 
 import pytest
+from _cli import run_cli
+from conftest import require_timm_script
+from PIL import Image
 
 from timm_ext.launch import release_table as table_module
 from timm_ext.launch import timm_scripts
@@ -247,8 +253,10 @@ def test_given_file_is_cached_once_and_found_without_the_flag(tmp_path, fake_tab
     script = find_script('train.py', path=path, timm_version='1.0.31')
     target = _cached(tmp_path, 'v1.0.28')
     assert (script.path, script.source, script.tag) == (path, '--timm-train', 'v1.0.28')  # runs the given file
-    assert script.notes[-1] == (f'cached train.py of v1.0.28 as {target}: later commands find it there '
-                                f'without --timm-train')
+    assert script.notes[1:] == (
+        f'cached train.py of v1.0.28 as {target}: later commands find it there without --timm-train',
+        f'cached validate.py of v1.0.28 (beside the given train.py) as {target.with_name("validate.py")}: later '
+        f'commands find it there without --timm-validate')
     assert target.read_text() == FAKE[2][1] and not list(target.parent.glob('.*'))  # no temporary file left
     assert target.stat().st_mode == path.stat().st_mode
     # the next command, without the flag and without network (fetch_url fails the test), takes the cached copy
@@ -266,11 +274,14 @@ def test_env_file_is_cached_with_its_validate_py(tmp_path, fake_table, monkeypat
     monkeypatch.setenv('TIMM_EXT_TIMM_TRAIN', str(path))
     validate = find_script('validate.py', timm_version='1.0.28')
     target = _cached(tmp_path, 'v1.0.28', 'validate.py')
-    assert validate.notes == (f'cached validate.py of v1.0.28 as {target}: later commands find it there '
-                              f'without $TIMM_EXT_TIMM_TRAIN',)
+    assert validate.notes == (
+        f'cached validate.py of v1.0.28 as {target}: later commands find it there without $TIMM_EXT_TIMM_TRAIN',
+        f'cached train.py of v1.0.28 (beside the given validate.py) as {target.with_name("train.py")}: later '
+        f'commands find it there without $TIMM_EXT_TIMM_TRAIN')
     assert target.read_text() == FAKE[2][2]
     monkeypatch.delenv('TIMM_EXT_TIMM_TRAIN')
     assert find_script('validate.py', timm_version='1.0.28').path == target
+    assert find_script('train.py', timm_version='1.0.28').path == target.with_name('train.py')
 
 
 def test_a_different_cached_file_is_never_overwritten(tmp_path, fake_table):
@@ -278,6 +289,7 @@ def test_a_different_cached_file_is_never_overwritten(tmp_path, fake_table):
     target.parent.mkdir(parents=True)
     target.write_text('print("my own edits")\n')
     path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    (path.parent / 'validate.py').unlink()  # this test is about the given file (its neighbour: further down)
     script = find_script('train.py', path=path, timm_version='1.0.28')
     assert script.path == path and target.read_text() == 'print("my own edits")\n'
     assert script.notes == (f'did not cache train.py of v1.0.28: {target} already holds another file, left as '
@@ -294,6 +306,7 @@ def test_a_file_written_meanwhile_by_another_process_is_kept(tmp_path, fake_tabl
 
     monkeypatch.setattr(os, 'link', racing_link)
     path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    (path.parent / 'validate.py').unlink()
     script = find_script('train.py', path=path, timm_version='1.0.28')
     assert target.read_text() == 'print("the other process")\n' and 'did not cache' in script.notes[-1]
     assert sorted(p.name for p in target.parent.iterdir()) == ['train.py']
@@ -305,6 +318,7 @@ def test_without_hard_links_the_copy_is_moved_in_place(tmp_path, fake_table, mon
 
     monkeypatch.setattr(os, 'link', no_links)
     path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    (path.parent / 'validate.py').unlink()
     script = find_script('train.py', path=path, timm_version='1.0.28')
     target = _cached(tmp_path, 'v1.0.28')
     assert target.read_text() == FAKE[2][1] and script.notes[-1].startswith('cached train.py of v1.0.28 as ')
@@ -315,8 +329,10 @@ def test_unwritable_cache_is_a_note_not_an_error(tmp_path, fake_table, monkeypat
     (tmp_path / 'cache').write_text('a file where the cache folder should be\n')
     path = fake_table(tmp_path / 'timm', 'v1.0.28')
     script = find_script('train.py', path=path, timm_version='1.0.28')
-    assert script.path == path and script.notes[-1].startswith('could not cache train.py of v1.0.28 as ')
-    assert script.notes[-1].endswith('--timm-train stays needed')
+    assert script.path == path and [note.split(' as ')[0] for note in script.notes] == [
+        'could not cache train.py of v1.0.28', 'could not cache validate.py of v1.0.28 (beside the given train.py)']
+    assert script.notes[0].endswith('--timm-train stays needed')
+    assert script.notes[1].endswith('--timm-validate stays needed')
 
 
 def test_unknown_and_unverified_files_are_not_cached(tmp_path, fake_table):
@@ -365,10 +381,143 @@ def test_the_cli_prints_what_was_cached(tmp_path, fake_table, monkeypatch, capsy
     path = fake_table(tmp_path / 'timm', 'v1.0.28')
     resolve_script('train.py', str(path), allow_unverified=False)
     target = _cached(tmp_path, 'v1.0.28')
-    assert capsys.readouterr().err == (f'timm-ext: note: cached train.py of v1.0.28 as {target}: later commands '
-                                       f'find it there without --timm-train\n')
+    assert capsys.readouterr().err == (
+        f'timm-ext: note: cached train.py of v1.0.28 as {target}: later commands find it there without --timm-train\n'
+        f'timm-ext: note: cached validate.py of v1.0.28 (beside the given train.py) as '
+        f'{target.with_name("validate.py")}: later commands find it there without --timm-validate\n')
     assert resolve_script('train.py', None, allow_unverified=False).path == target
     assert capsys.readouterr().err == ''
+
+
+# --- one script given, both remembered: the other one beside it ---------------------------------
+
+def test_train_py_given_once_then_validate_py_comes_from_the_cache(tmp_path, fake_table):
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    target = _cached(tmp_path, 'v1.0.28', 'validate.py')
+    script = find_script('train.py', path=path, timm_version='1.0.28')
+    assert script.notes[-1] == (f'cached validate.py of v1.0.28 (beside the given train.py) as {target}: later '
+                                f'commands find it there without --timm-validate')
+    assert target.read_text() == FAKE[2][2] and target.stat().st_mode == path.with_name('validate.py').stat().st_mode
+    validate = find_script('validate.py', timm_version='1.0.28')  # no flag, no network: fetch_url fails the test
+    assert (validate.path, validate.source, validate.tag, validate.notes) == (target, 'cache', 'v1.0.28', ())
+
+
+def test_validate_py_given_once_then_train_py_comes_from_the_cache(tmp_path, fake_table):
+    folder = fake_table(tmp_path / 'timm', 'v1.0.28').parent
+    target = _cached(tmp_path, 'v1.0.28', 'train.py')
+    script = find_script('validate.py', path=folder / 'validate.py', timm_version='1.0.28')
+    assert script.notes[-1] == (f'cached train.py of v1.0.28 (beside the given validate.py) as {target}: later '
+                                f'commands find it there without --timm-train')
+    train = find_script('train.py', timm_version='1.0.28')
+    assert (train.path, train.source, train.tag, train.notes) == (target, 'cache', 'v1.0.28', ())
+
+
+def test_a_neighbour_of_another_release_is_not_cached(tmp_path, fake_table):
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    (path.parent / 'validate.py').write_text(FAKE[1][2])  # validate.py of v1.0.27 beside train.py of v1.0.28
+    script = find_script('train.py', path=path, timm_version='1.0.28')
+    assert script.notes[-1] == (f'did not cache the validate.py beside the given train.py ({path.parent}/validate.py): '
+                                f'it is the validate.py of v1.0.27, not of v1.0.28')
+    assert sorted(p.name for p in _cached(tmp_path, 'v1.0.28').parent.iterdir()) == ['train.py']
+
+
+MINE = 'print("my validate")\n'
+
+
+def test_an_unknown_neighbour_is_not_cached(tmp_path, fake_table):
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    (path.parent / 'validate.py').write_text(MINE)
+    script = find_script('train.py', path=path, timm_version='1.0.28')
+    assert script.notes[-1] == (
+        f'did not cache the validate.py beside the given train.py ({path.parent}/validate.py): its sha256 '
+        f'{_sha(MINE)[:16]}... is not the '
+        f'validate.py of v1.0.28 (nor of any timm release timm-ext knows)')
+    assert not _cached(tmp_path, 'v1.0.28', 'validate.py').exists()
+
+
+def test_no_neighbour_nothing_said(tmp_path, fake_table):
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    (path.parent / 'validate.py').unlink()
+    script = find_script('train.py', path=path, timm_version='1.0.28')
+    assert len(script.notes) == 1 and script.notes[0].startswith('cached train.py of v1.0.28 as ')
+
+
+def test_a_cached_file_is_never_overwritten_by_a_neighbour(tmp_path, fake_table):
+    target = _cached(tmp_path, 'v1.0.28', 'validate.py')
+    target.parent.mkdir(parents=True)
+    target.write_text('print("my own validate")\n')
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    script = find_script('train.py', path=path, timm_version='1.0.28')
+    assert target.read_text() == 'print("my own validate")\n'
+    assert script.notes[-1] == (
+        f'did not cache validate.py of v1.0.28 (beside the given train.py): {target} already holds another file, '
+        f'left as it is (later commands without --timm-validate use it; delete it to cache this one)')
+
+
+def test_an_unverified_given_file_caches_no_neighbour(tmp_path, fake_table):
+    path = fake_table(tmp_path / 'timm', 'v1.0.28')
+    path.write_text('print("edited")\n')
+    script = find_script('train.py', path=path, timm_version='1.0.28', allow_unverified=True)
+    assert script.tag is None and len(script.notes) == 1 and not (tmp_path / 'cache').exists()
+
+
+def test_remember_false_caches_no_neighbour(tmp_path, fake_table):
+    find_script('train.py', path=fake_table(tmp_path / 'timm', 'v1.0.28'), timm_version='1.0.28', remember=False)
+    assert not (tmp_path / 'cache').exists()
+
+
+# timm's real scripts: $TIMM_EXT_TIMM_TRAIN (read before the fixtures clear it) or ../shared's v1.0.28
+_REAL = Path(os.environ['TIMM_EXT_TIMM_TRAIN']) if os.environ.get('TIMM_EXT_TIMM_TRAIN') else SHARED / 'v1.0.28'
+REAL_DIR = _REAL.parent if _REAL.suffix == '.py' else _REAL
+
+
+def _real_release(name: str) -> Path:
+    """timm's real ``name``, when it is there and of the release the cache is searched for (else skip)."""
+    path = REAL_DIR / name
+    require_timm_script(path)
+    given = timm_scripts.locate_script(name, path=path)
+    wanted = timm_scripts.locate_script(name, path=None)  # nothing cached yet: where a download would go
+    if given.tag != wanted.tag:
+        pytest.skip(f'the scripts at {REAL_DIR} are of {given.tag}; the installed timm looks for {wanted.tag}\'s')
+    return path
+
+
+@pytest.mark.parametrize('given, other', [('train.py', 'validate.py'), ('validate.py', 'train.py')])
+def test_real_script_given_once_then_the_other_comes_from_the_cache(given, other):
+    path = _real_release(given)
+    target = timm_scripts.locate_script(other).path
+    script = find_script(given, path=path)
+    flag = '--timm-validate' if other == 'validate.py' else '--timm-train'
+    assert script.notes[-1] == (f'cached {other} of {script.tag} (beside the given {given}) as {target}: later '
+                                f'commands find it there without {flag}')
+    found = find_script(other)  # no flag, no network: fetch_url fails the test
+    assert (found.path, found.source, found.tag) == (target, 'cache', script.tag)
+    assert found.sha256 == hashlib.sha256((REAL_DIR / other).read_bytes()).hexdigest()
+
+
+def test_cli_train_once_then_validate_uses_the_cached_validate_py(tmp_path, capsys):
+    """``timm-ext train --timm-train DIR/train.py --dry-run`` caches validate.py; ``timm-ext validate`` takes it."""
+    train_py = _real_release('train.py')
+    for split in ('train', 'validation'):
+        for cls in ('a', 'b'):
+            (tmp_path / 'data' / split / cls).mkdir(parents=True)
+            for i in range(2):
+                Image.new('RGB', (8, 8)).save(tmp_path / 'data' / split / cls / f'{i}.png')
+    data = tmp_path / 'data'
+    cached = timm_scripts.locate_script('validate.py').path
+    code, out, err = run_cli(capsys, 'train', '--timm-train', train_py, '--dry-run', '--device', 'cpu', '--model',
+                             'resnet18', '--data-dir', data, '--num-classes', '2', '-b', '2')
+    assert code == 0 and shlex.split(out)[1] == str(train_py)
+    assert (f'timm-ext: note: cached validate.py of v1.0.28 (beside the given train.py) as {cached}: later commands '
+            f'find it there without --timm-validate') in err.splitlines()
+    checkpoint = tmp_path / 'model.pth.tar'
+    checkpoint.write_bytes(b'')
+    code, out, err = run_cli(capsys, 'validate', '--dry-run', '--no-run-args', '--checkpoint', checkpoint, '--device',
+                             'cpu', '--data-dir', data)
+    assert code == 0 and shlex.split(out) == [sys.executable, '-m', 'timm_ext.cli._child', 'timm_ext', str(cached),
+                                              '--checkpoint', str(checkpoint), '--device', 'cpu', '--data-dir',
+                                              str(data)]
+    assert 'download' not in err and 'cached' not in err
 
 
 # --- where a file would come from, without fetching it -------------------------------------------

@@ -87,8 +87,10 @@ def test_ctrl_c_then_the_printed_command_is_the_uninterrupted_run(tmp_path, opt)
 
     # Ctrl-C in a terminal: SIGINT to the whole process group, once the first epoch's checkpoint is there
     # (without --experiment: train.py names the run's folder itself)
+    # (SIGINT's default restored in the child: a test run started in the background inherits it ignored)
     cut = subprocess.Popen([*timm_ext, 'train', *args], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                           text=True, start_new_session=True)
+                           text=True, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while not list((tmp_path / 'out').glob('2*/last.pth.tar')) and time.time() < deadline and cut.poll() is None:
         time.sleep(0.02)

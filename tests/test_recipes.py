@@ -16,8 +16,11 @@ import pytest
 import timm
 import torch
 import yaml
+from _sam_settings_cases import BAD, GOOD, case_id, factory_error
+from conftest import require_timm_script
 
 from timm_ext.optim import SAM_BASES
+from timm_ext.recipes import check_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / 'recipes' / 'examples' / 'sam_minimal.yaml'
@@ -166,6 +169,46 @@ def test_example_recipe_has_the_papers_dropout_and_a_batch_independent_lr():
     # no fixed lr: train.py derives it from lr_base; `linear` is explicit (sqrt is its pick for '*ada*' names)
     assert 'lr' not in recipe
     assert (recipe['lr_base'], recipe['lr_base_size'], recipe['lr_base_scale']) == (3e-3, 4096, 'linear')
+
+
+# --- SAM settings: refused by the recipe check in the optimizer's own words ------------------------------
+
+@pytest.fixture(scope='module')
+def parser():
+    return require_timm_script(TRAIN_PY)
+
+
+@pytest.mark.parametrize('case', BAD, ids=case_id)
+def test_a_bad_sam_setting_is_the_one_line_create_optimizer_v2_would_raise(parser, case):
+    """Each setting of each family, out of range: `timm-ext recipes check` names it before train.py starts, with the
+    text create_optimizer_v2 raises for it (train.py would raise it only after building the model and the data)."""
+    opt, opt_kwargs = case
+    error = factory_error(opt, opt_kwargs)
+    assert error is not None, case  # Python refuses it
+    assert check_recipe({'device_modules': ['timm_ext'], 'opt': opt, 'opt_kwargs': opt_kwargs}, parser) == [
+        f'opt_kwargs: {error} (train.py would stop with this ValueError when it builds the optimizer, after the model '
+        f'and the data)']
+
+
+@pytest.mark.parametrize('case', GOOD, ids=case_id)
+def test_good_sam_settings_pass_the_recipe_check(parser, case):
+    opt, opt_kwargs = case
+    assert factory_error(opt, opt_kwargs) is None
+    assert check_recipe({'device_modules': ['timm_ext'], 'opt': opt, 'opt_kwargs': opt_kwargs}, parser) == []
+
+
+def test_sam_settings_beside_the_other_opt_kwargs_checks(parser):
+    """Each check says its own line: an unknown key (by the signature) and a bad value (by the settings' checks)."""
+    assert check_recipe({'opt': 'samadamw', 'opt_kwargs': {'rhoo': 0.1, 'rho': -1, 'eta': -1}}, parser) == [
+        "opt_kwargs key 'rhoo' is not an argument of the optimizer timm builds for opt 'samadamw' (train.py would "
+        "stop with TypeError): did you mean 'rho'?",
+        'opt_kwargs: SAM rho must be a finite number >= 0, got rho=-1 (train.py would stop with this ValueError when '
+        'it builds the optimizer, after the model and the data)',
+        'opt_kwargs: SAM eta must be >= 0, got eta=-1 (train.py would stop with this ValueError when it builds the '
+        'optimizer, after the model and the data)']
+    assert check_recipe({'opt': 'adamw', 'opt_kwargs': {'rho': -1}}, parser) == [  # not SAM: the signature's line
+        "opt_kwargs key 'rho' is not an argument of the optimizer timm builds for opt 'adamw' (train.py would stop "
+        "with TypeError): rho is a SAM setting; for SAM write opt: samadamw, else drop rho"]
 
 
 @pytest.mark.slow

@@ -129,3 +129,16 @@ def test_settings_are_frozen_and_checked():
     with pytest.raises(ValueError, match=r'^GSAM rho_min must be <= rho_max, got rho_min=0.5 > rho_max=0.04$'):
         GSAMSettings(rho_min=0.5)
     assert SAMSettings(adaptive=1).adaptive is True
+    with pytest.raises(ValueError, match=r"^SAM adaptive must be True or False, got adaptive='false'$"):
+        SAMSettings(adaptive='false')  # bool('false') is True: ASAM would be on
+
+
+def test_problems_are_the_constructors_errors_every_bad_setting_at_once():
+    """The pre-flight of opt_kwargs: each bad setting its own line, in the words the constructor raises it."""
+    assert SAMSettings.problems(rho=0.1, interval=2) == []
+    assert SAMSettings.problems(rho=-1, eta=-1) == ['SAM rho must be a finite number >= 0, got rho=-1',
+                                                    'SAM eta must be >= 0, got eta=-1']
+    for values in ({'rho_min': 0.5}, {'lr_max': 0.1, 'lr_min': 0.2}, {'rho_max': -1}):  # across settings, and one
+        with pytest.raises(ValueError) as raised:
+            GSAMSettings(**values)
+        assert GSAMSettings.problems(**values) == [str(raised.value)]

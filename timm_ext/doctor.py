@@ -3,12 +3,16 @@
 ``timm-ext doctor`` prints :func:`collect`'s report, like ``python -m torch.utils.collect_env`` or
 ``huggingface-cli env``: the versions timm-ext runs on, whether torch and torchvision match (one
 torchvision op is run), the devices, which timm ``train.py``/``validate.py`` would be used and whether
-their sha256 is known, the cache and the offline setting. Nothing is downloaded or written.
+their sha256 is known, the cache and the offline setting. Nothing is downloaded or written: a script
+that is neither given nor cached is asked of the server (HEAD, both at once, at most
+:data:`~timm_ext.launch.timm_scripts.PROBE_TIMEOUT_S` seconds; not while offline), so that
+"downloadable" means now.
 
 A check is *required* when a training run (``timm-ext train``) cannot start without it: python,
 torch, torchvision (timm imports it), timm, safetensors and huggingface-hub at the versions timm-ext
-declares, and a train.py that is on this machine or can be downloaded (not while offline). The
-others (validate.py, devices, cache, offline) are reported, and a problem in them is a warning.
+declares, and a train.py that is given, cached or downloadable now. The others (validate.py, devices,
+cache, offline) are reported, and a problem in them is a warning. :attr:`DoctorReport.commands` says
+which commands can start: ``demo`` (its built-in loop needs no script), ``train``, ``validate``.
 """
 import importlib
 import importlib.metadata
@@ -17,7 +21,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -26,10 +30,17 @@ from packaging.utils import canonicalize_name
 from timm_ext._requirements import DIST as _DIST
 from timm_ext._requirements import declared_requirements, version_problem
 
+if TYPE_CHECKING:  # imported where used: `timm-ext doctor` reports a broken install instead of failing to import
+    from timm_ext.launch.timm_scripts import ScriptLocation
+
 __all__ = ['Check', 'DoctorReport', 'collect']
 
 _OFFLINE_VARS = ('HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE')
 _TRUE = {'1', 'ON', 'YES', 'TRUE'}  # huggingface_hub's reading of its boolean environment variables
+_SCRIPT_COMMANDS = {'train.py': 'train', 'validate.py': 'validate'}  # the command that cannot start without it
+_REQUIRED_SCRIPT = 'train.py'
+_DEMO = 'timm-ext demo runs without it (built-in loop)'
+_READY = 'ready: everything a training run needs is there'
 
 
 @dataclass(frozen=True)
@@ -67,9 +78,29 @@ class DoctorReport:
                 return check
         raise KeyError(f'no check named {name!r}; the checks: {", ".join(c.name for c in self.checks)}')
 
+    @property
+    def commands(self) -> Dict[str, bool]:
+        """Which commands can start: ``demo`` needs the required packages only, ``train`` and ``validate`` their
+        script too."""
+        packages = all(c.ok for c in self.checks if c.required and c.name not in _SCRIPT_COMMANDS)
+        return {**{command: packages and self[name].ok for name, command in _SCRIPT_COMMANDS.items()},
+                'demo': packages}
+
+    @property
+    def summary(self) -> str:
+        """The last line: ready or not, which commands cannot start for want of a script, and what to do first."""
+        if not self.commands['demo']:
+            return f'not ready: {self.fix}'
+        missing = [c for c in self.checks if c.name in _SCRIPT_COMMANDS and not c.ok]
+        if not missing:
+            return _READY
+        line = f'timm-ext {" and ".join(_SCRIPT_COMMANDS[c.name] for c in missing)} cannot start: {missing[0].fix}'
+        return f'{_READY}; {line}' if self.ok else f'not ready: {line}'
+
     def as_dict(self) -> Dict[str, Any]:
-        """JSON-ready: ``ok``, ``fix`` and each check by name (value, ok, required, fix and its details)."""
-        return {'ok': self.ok, 'fix': self.fix, 'checks': {
+        """JSON-ready: ``ok``, ``fix``, ``summary`` (the text's last line), ``commands`` and each check by name
+        (value, ok, required, fix and its details)."""
+        return {'ok': self.ok, 'fix': self.fix, 'summary': self.summary, 'commands': self.commands, 'checks': {
             c.name: dict(value=c.value, ok=c.ok, required=c.required, fix=c.fix, **c.details) for c in self.checks}}
 
 
@@ -86,9 +117,8 @@ def collect(
     timm, timm_check = _package('timm', requirements)
     checks += [timm_check, _timm_ext(), _package('safetensors', requirements)[1],
                _package('huggingface_hub', requirements, dist='huggingface-hub')[1], _devices(torch)]
-    checks += [_script('train.py', timm_train, allow_unverified, offline, timm_ok=timm is not None, required=True),
-               _script('validate.py', timm_validate, allow_unverified, offline, timm_ok=timm is not None,
-                       required=False),
+    checks += [*_scripts({'train.py': timm_train, 'validate.py': timm_validate}, allow_unverified, offline,
+                         timm_ok=timm is not None),
                _cache(), _offline(offline)]
     return DoctorReport(tuple(checks))
 
@@ -196,35 +226,44 @@ def _cuda_device(torch: Any, index: int) -> Dict[str, Any]:
             'memory_gib': round(props.total_memory / 2 ** 30, 1)}
 
 
-def _script(name: str, path: Optional[str], allow_unverified: bool, offline: List[str], timm_ok: bool,
-            required: bool) -> Check:
-    """Which ``name`` a run would use (given, $TIMM_EXT_TIMM_TRAIN, cache, or a download) and whether it is known."""
-    from timm_ext.launch.release_table import release_table
-    from timm_ext.launch.timm_scripts import ENV_SCRIPT, ScriptError, locate_script
+def _scripts(paths: Dict[str, Optional[str]], allow_unverified: bool, offline: List[str], timm_ok: bool) -> List[Check]:
+    """train.py and validate.py, each given, cached or downloadable now: the URLs of those on this machine in
+    neither way are asked together (one timeout for both), and not at all while offline."""
+    from timm_ext.launch.timm_scripts import download_problems
 
-    flag = '--timm-train' if name == 'train.py' else '--timm-validate'
+    found = {name: _locate(name, path, allow_unverified, timm_ok) for name, path in paths.items()}
+    urls = [f.url for f in found.values() if not isinstance(f, Check) and f.script is None]
+    answers = download_problems(urls) if urls and not offline else {}
+    return [f if isinstance(f, Check) else _script(f, answers, offline) for f in found.values()]
+
+
+def _locate(name: str, path: Optional[str], allow_unverified: bool, timm_ok: bool) -> Union[Check, 'ScriptLocation']:
+    """Where ``name`` would come from, or the failed check when it is refused or cannot be known."""
+    from timm_ext.launch.timm_scripts import ScriptError, locate_script
+
+    required = name == _REQUIRED_SCRIPT
     if not timm_ok:
         return Check(name, 'unknown: timm cannot be imported', ok=False, required=required,
                      fix=f'install timm first; then `timm-ext doctor` says which {name} is used',
                      details={'source': None, 'path': None})
     try:
-        location = locate_script(name, path=path, allow_unverified=allow_unverified)
+        return locate_script(name, path=path, allow_unverified=allow_unverified)
     except (ScriptError, ValueError) as e:  # ValueError: timm's own version is not a version number
         return Check(name, f'refused: {e}', ok=False, required=required, fix=str(e),
                      details={'source': None, 'path': None, 'error': str(e)})
+
+
+def _script(location: 'ScriptLocation', answers: Dict[str, Optional[str]], offline: List[str]) -> Check:
+    """Which file a run would use (given, $TIMM_EXT_TIMM_TRAIN, cache) and whether its sha256 is known; or, when
+    none, whether it can be downloaded now (``answers``: the URL's problem, None when it answered)."""
+    from timm_ext.launch.release_table import release_table
+
+    name, required = location.name, location.name == _REQUIRED_SCRIPT
     details: Dict[str, Any] = {'source': location.source, 'path': str(location.path), 'tag': location.tag,
                                'sha256': None, 'sha256_known': None, 'url': location.url,
-                               'notes': list(location.notes)}
+                               'downloadable': None, 'download_error': None, 'notes': list(location.notes)}
     if location.script is None:
-        details['download_to'] = details.pop('path')
-        details['path'] = None
-        value = f'not found: would download {location.url} on first use (saved as {location.path})'
-        if offline:
-            return Check(name, value, ok=False, required=required, details=details, fix=(
-                f'{name} is not on this machine and {", ".join(offline)} is set (offline): give it once with '
-                f'{flag} PATH or {ENV_SCRIPT}=PATH (it is then cached), or save the {name} of {location.tag} '
-                f'as {location.path}'))
-        return Check(name, value, required=required, details=details)
+        return _not_here(location, answers.get(location.url), offline, details)
     script = location.script
     details.update(sha256=script.sha256, sha256_known=script.tag is not None)
     row = release_table().get(script.tag) if script.tag else None
@@ -236,6 +275,31 @@ def _script(name: str, path: Optional[str], allow_unverified: bool, offline: Lis
         known = f'sha256 {script.sha256[:16]}... unknown: runs only with --allow-unverified'
     extra = ', run as timm-ext\'s patched copy (no task API)' if details.get('patched') else ''
     return Check(name, f'{script.path} (from {location.source}; {known}{extra})', required=required, details=details)
+
+
+def _not_here(location: 'ScriptLocation', problem: Optional[str], offline: List[str], details: Dict[str, Any]) -> Check:
+    """A script neither given nor cached: fine when its URL answered just now, else what to do instead."""
+    name, required = location.name, location.name == _REQUIRED_SCRIPT
+    details.update(path=None, download_to=str(location.path))
+    if offline:
+        value = f'not given or cached; a download was not tried: offline ({", ".join(offline)})'
+        return Check(name, value, ok=False, required=required, details=details, fix=_provide(location))
+    details.update(downloadable=problem is None, download_error=problem)
+    if problem is None:
+        value = f'not given or cached; downloadable now from {location.url} (saved as {location.path} on first use)'
+        return Check(name, value, required=required, details=details)
+    value = f'not given or cached, and not downloadable now: {location.url} ({problem})'
+    return Check(name, value, ok=False, required=required, details=details, fix=_provide(location))
+
+
+def _provide(location: 'ScriptLocation') -> str:
+    """The other ways to give a script that cannot be downloaded, and that the demo needs none."""
+    from timm_ext.launch.timm_scripts import ENV_SCRIPT
+
+    name = location.name
+    flag, other = ('--timm-train', 'validate.py') if name == 'train.py' else ('--timm-validate', 'train.py')
+    return (f'give {name} once with {flag} PATH or {ENV_SCRIPT}=PATH (timm\'s {name} or its folder; it is then '
+            f'cached, with the {other} beside it), or save the {name} of {location.tag} as {location.path}; {_DEMO}')
 
 
 def _cache() -> Check:

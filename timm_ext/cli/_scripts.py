@@ -3,7 +3,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from typing import List, Optional
+from typing import List, Mapping, Optional
 
 from timm_ext.cli._errors import CliError
 from timm_ext.launch import build_command
@@ -22,14 +22,15 @@ def resolve_script(name: str, path: Optional[str], allow_unverified: bool) -> Ti
     return script
 
 
-def run_child(cmd: List[str], dry_run: bool = False) -> int:
-    """Run ``cmd`` (or only print it); its exit code, 128 + N when a signal N ended it."""
+def run_child(cmd: List[str], dry_run: bool = False, env: Optional[Mapping[str, str]] = None) -> int:
+    """Run ``cmd`` (or only print it) with ``env`` added to its environment; its exit code, 128 + N when a signal N
+    ended it."""
     line = shlex.join(cmd)
     if dry_run:
         print(line)
         return 0
     print(f'timm-ext: running {line}', file=sys.stderr, flush=True)
-    process = subprocess.Popen(cmd, env=build_command.child_env())
+    process = subprocess.Popen(cmd, env=dict(build_command.child_env(), **(env or {})))
     try:
         code = process.wait()
     except KeyboardInterrupt:

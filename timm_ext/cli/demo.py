@@ -17,7 +17,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     'timm\'s plain ViT with AdamW and the same ViT with timm-ext\'s conv stem, Context Broadcasting '
                     'and SAM, with the same data, epochs and seed; the full demo also leaves out one piece at a time. '
                     'Runs go side by side, one per CPU core. Prints a results table and one line per piece, and '
-                    'writes curves.png and summary.json. It claims nothing about ImageNet.')
+                    'writes curves.png and summary.json. It claims nothing about ImageNet. Where train.py is not on '
+                    'the machine and cannot be downloaded, it says so in one line and trains the same runs in its own '
+                    'loop of timm\'s parts, with the same top-1.')
     parser.add_argument('--epochs', type=int, default=None,
                         help=f'epochs per run (default {demo.DEFAULT_EPOCHS}; {demo.QUICK_EPOCHS} with --quick)')
     parser.add_argument('--output', metavar='DIR', default=None,
@@ -30,7 +32,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help='train.py runs at a time (default: one per CPU core, at most one per run); each has '
                              'one torch thread, so the top-1 does not depend on N')
     parser.add_argument('--timm-train', metavar='PATH', default=None,
-                        help='timm\'s train.py (or its folder) to use instead of the one found for the installed timm')
+                        help='timm\'s train.py (or its folder) to use instead of the one found for the installed timm '
+                             '(without any, the demo trains in its built-in loop)')
     parser.add_argument('--data-root', metavar='DIR', default=None,
                         help='where the digits ImageFolder is cached (default: $TIMM_EXT_CACHE/data)')
     parser.add_argument('--no-progress', action='store_true', help='no progress bar')

@@ -44,8 +44,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     check = actions.add_parser(
         'check', help='check recipes against train.py\'s own arguments and their paper (exit 1 on a problem)',
         description='Check that every key of a recipe is an argument of train.py (of the installed timm), with a '
-                    'value of the right kind, and that a SAM optimizer name is one timm\'s factory builds. A packaged '
-                    'paper recipe, or any recipe with --against, is also compared value by value with the paper.')
+                    'value of the right kind, that a SAM optimizer name is one timm\'s factory builds and that its SAM '
+                    'settings (opt_kwargs) pass the optimizer\'s own checks. A packaged paper recipe, or any '
+                    'recipe with --against, is also compared value by value with the paper.')
     check.add_argument('names', metavar='RECIPE', nargs='*',
                        help='packaged recipe names or YAML files (default: every packaged recipe)')
     check.add_argument('--against', metavar='PAPER_RECIPE',

@@ -24,11 +24,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     'train.py unchanged; `timm-ext train --train-help` shows them.',
         epilog='Before train.py starts, the recipe and the arguments are checked (unknown recipe keys, a SAM name '
                'timm\'s factory would not build, no CUDA without --device, an ImageFolder whose class count '
-               'differs from --num-classes, SAM arguments left over under a baseline --opt, an unknown model, '
-               'a missing --data-dir or split folder, fewer images per process than the batch, a paper recipe '
-               'at another global batch than its paper\'s). --grad-accum-steps auto (timm-ext replaces it with a '
-               'number before train.py sees it) picks the accumulation steps that give a packaged paper '
-               'recipe\'s global batch at this world size and --batch-size, so its paper\'s lr applies unchanged. '
+               'differs from --num-classes, SAM arguments left over under a baseline --opt, a SAM setting its '
+               'optimizer refuses (rho -0.05), an unknown model, an input size the model cannot take (a ViT built '
+               'for 224 px at --img-size 32), a missing --data-dir or split folder, fewer images per process than '
+               'the batch, a paper recipe at another global batch than its paper\'s). --grad-accum-steps auto '
+               '(timm-ext replaces it with a number before train.py sees it) picks the accumulation steps that '
+               'give a packaged paper recipe\'s global batch at this world size and --batch-size, so its paper\'s lr '
+               'applies unchanged. '
                'Inside a SLURM job (SLURM_JOB_ID set; srun --ntasks-per-node=1, one timm-ext train per node), '
                'what is not given comes from SLURM: --nnodes (SLURM_JOB_NUM_NODES), --nproc-per-node '
                '(SLURM_GPUS_ON_NODE or SLURM_GPUS_PER_NODE), --rdzv-endpoint (the first host of SLURM_JOB_NODELIST, '
@@ -60,6 +62,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('--allow-batch-change', action='store_true',
                         help='run a packaged paper recipe at another global batch (batch x processes x accumulation '
                              'steps) than its paper\'s, with a one-line warning instead of an error')
+    parser.add_argument('--threads', type=int, metavar='N', default=None,
+                        help='CPU threads per train.py process (sets OMP_NUM_THREADS and MKL_NUM_THREADS). Default on '
+                             'the CPU, unless OMP_NUM_THREADS is set: the cores free at start (the load average) '
+                             'shared among the processes, at least 1 (docs/cli.md#cpu-threads); on CUDA: unset')
     parser.add_argument('--no-check', action='store_true',
                         help='skip timm-ext\'s checks of the recipe and arguments')
     parser.add_argument('--dry-run', '--print-command', action='store_true', dest='dry_run',
@@ -79,16 +85,18 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
                                 args.rdzv_backend, args.max_restarts, environ=os.environ)
         command = build_train_command(
             extra, recipe=args.config, check=not args.no_check, script=script,
-            allow_batch_change=args.allow_batch_change, launch=launch)
+            allow_batch_change=args.allow_batch_change, launch=launch, threads=args.threads)
     except (TrainConfigError, LaunchError) as e:
         raise CliError(str(e)) from None
     for note in command.notes:
         print(f'timm-ext train: {note}', file=sys.stderr)
+    if command.env_note:
+        print(f'timm-ext: note: {command.env_note}', file=sys.stderr)
     for warning in command.warnings:
         print(f'timm-ext train: warning: {warning}', file=sys.stderr)
     started = time.time()
     try:
-        return run_child(command.argv, dry_run=args.dry_run)
+        return run_child(command.argv, dry_run=args.dry_run, env=command.env)
     except KeyboardInterrupt:
         print(f'timm-ext train: interrupted; {_how_to_resume(command, started)}', file=sys.stderr)
         return 130

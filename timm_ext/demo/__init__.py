@@ -3,7 +3,9 @@
 scikit-learn's 1,797 real handwritten digits (:mod:`timm_ext.data`) are written once as a 16 px
 ImageFolder, then timm's train.py (found and verified by :mod:`timm_ext.launch`) trains every run
 with the same data, epochs, schedule and seed; only the model and the optimizer differ
-(:mod:`timm_ext.demo.runs`):
+(:mod:`timm_ext.demo.runs`). Where train.py is not on the machine and cannot be downloaded (timm's
+wheel has none), the demo says so in one line and trains the same runs in its own loop of timm's
+installed parts, which gives the same top-1 (:mod:`timm_ext.demo.routes`, :mod:`timm_ext.demo.builtin_loop`):
 
 * ``vit``: timm's own ``vit_tiny_patch16_224`` with ``adamw``, the plain baseline;
 * ``full``: ``vit_tiny_cb`` with ``stem='conv'`` (the Scaled-ReLU conv stem and Context Broadcasting
@@ -18,9 +20,10 @@ reproduction study and the SAM-variant table use too). The settings were chosen 
 of the *training* images (:func:`timm_ext.data.digits_tuning_folder`), never on the validation
 images (``docs/demo.md``, "Why these settings").
 
-Each run's train.py log, checkpoint and ``summary.csv`` stay in the output folder; the demo reads the
-``summary.csv`` files to make a results table, one line per piece (:mod:`timm_ext.demo.report`),
-a plot and ``summary.json``. This module is the entry point ``timm-ext demo`` calls: :func:`run_demo`.
+Each run's log, checkpoints and ``summary.csv`` (train.py's, or the built-in loop's in train.py's format) stay
+in the output folder; the demo reads the ``summary.csv`` files to make a results table, one line per piece
+(:mod:`timm_ext.demo.report`), a plot and ``summary.json``. This module is the entry point ``timm-ext demo``
+calls: :func:`run_demo`.
 """
 import json
 import os
@@ -89,14 +92,15 @@ def run_demo(
         jobs: Optional[int] = None,
         log: Callable[[str], None] = print,
 ) -> DemoResult:
-    """Train the demo's runs through timm's train.py, ``jobs`` at a time, and write the table, plot and summary.
+    """Train the demo's runs through timm's train.py (or, where it cannot be had, the built-in loop), ``jobs`` at
+    a time, and write the table, plot and summary.
 
-    ``log`` receives the lines printed before training (where the data and the outputs are, how the
-    runs share the cores) and, without ``progress``, one line per finished run.
+    ``log`` receives the lines printed before training (the built-in loop's one line when it is used, where the
+    data and the outputs are, how the runs share the cores) and, without ``progress``, one line per finished run.
     """
     from timm_ext.data import digits_image_folder
+    from timm_ext.demo.routes import demo_jobs
     from timm_ext.demo.runner import available_cores, plan_parallelism, run_jobs, thread_env
-    from timm_ext.demo.train_runs import train_jobs
 
     if epochs is None:
         epochs = QUICK_EPOCHS if quick else DEFAULT_EPOCHS
@@ -111,12 +115,15 @@ def run_demo(
     data_dir = digits_image_folder(data_root, size=IMAGE_SIZE)
     train_images, val_images = _count_images(data_dir / 'train'), _count_images(data_dir / 'validation')
     # every problem (script, arguments) is found before anything is written or trained
-    todo = train_jobs([r.training(data_dir, epochs) for r in runs], out, timm_train)
+    todo, builtin = demo_jobs([r.training(data_dir, epochs) for r in runs], out, timm_train)
     out.mkdir(parents=True, exist_ok=True)
+    if builtin:
+        log(f'timm-ext demo: {builtin}')
     log(f'data:    {data_dir} ({train_images} training, {val_images} validation images, {IMAGE_SIZE} px)')
     log(f'output:  {out}')
     names = ', '.join(r.name for r in runs)
-    log(f'runs:    {len(runs)} train.py runs of {epochs} epoch{"s" if epochs > 1 else ""} ({names}), {lanes} at a '
+    what = 'built-in loop' if builtin else 'train.py'
+    log(f'runs:    {len(runs)} {what} runs of {epochs} epoch{"s" if epochs > 1 else ""} ({names}), {lanes} at a '
         f'time with {threads} torch thread{"s" if threads > 1 else ""} each on {cores} CPU core'
         f'{"s" if cores > 1 else ""}; logs: {out}{os.sep}<run>.log')
 
@@ -147,7 +154,7 @@ def run_demo(
         pass
     summary = out / 'summary.json'
     summary.write_text(json.dumps(dict(
-        data=str(data_dir), train_images=train_images, validation_images=val_images, epochs=epochs,
+        route=what, data=str(data_dir), train_images=train_images, validation_images=val_images, epochs=epochs,
         model_kwargs=MODEL_KWARGS, train_args=list(TRAIN_ARGS), cores=cores, jobs=lanes, threads_per_run=threads,
         wall_s=wall, runs=[dict(r.as_dict(), model=by_name[r.name].model, opt=by_name[r.name].opt,
                                argv=list(job.argv)) for r, job in zip(results, todo)],

@@ -24,6 +24,7 @@ class Job:
     epochs: int
     cost: float = 1.0  # relative time of one epoch (a SAM step is two forward-backward passes: 2)
     then: Tuple[Sequence[str], ...] = ()
+    program: str = 'train.py'  # what ``argv`` runs, as a failure names it
 
     @property
     def work(self) -> float:

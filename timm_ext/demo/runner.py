@@ -162,7 +162,7 @@ def run_jobs(
                     progress.failed[name] = code
                     if not keep_going:
                         job = progress.jobs[name]
-                        what = 'train.py' if len(left[name]) == len(job.then) else 'a command after train.py'
+                        what = job.program if len(left[name]) == len(job.then) else f'a command after {job.program}'
                         raise JobFailed(f'{what} failed for the {label} {name!r} (exit code {code}); its log is '
                                         f'{job.log}:\n{log_tail(job.log)}')
             now = time.perf_counter()

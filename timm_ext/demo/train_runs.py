@@ -3,7 +3,9 @@
 The demo, the reproduction study and the SAM-variant table describe their runs with :class:`TrainRun`;
 :func:`train_jobs` turns them into the runner's jobs through the plugin route
 (:func:`timm_ext.launch.build_command.build_train_command`: timm's own train.py, checked against its parser,
-``--device-modules timm_ext``). There is no second training loop.
+``--device-modules timm_ext``). The one other loop is the demo's, for a machine without train.py
+(:mod:`timm_ext.demo.builtin_loop`): it takes these runs' arguments, no others, and calls timm's parts as
+train.py does, so the demo's top-1 is the same either way.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,12 +61,13 @@ def train_command(run: TrainRun, output: Path, timm_train: Optional[Union[str, P
     return build_train_command(run.train_args(output), timm_train=timm_train, script=script)
 
 
-def train_jobs(runs: Sequence[TrainRun], output: Path,
-               timm_train: Optional[Union[str, Path]] = None) -> List[Job]:
-    """The jobs that train ``runs`` into ``output``; train.py is found and verified once, and every problem
-    (script, arguments) raises :class:`~timm_ext.launch.build_command.TrainConfigError` before anything is written."""
+def train_jobs(runs: Sequence[TrainRun], output: Path, timm_train: Optional[Union[str, Path]] = None,
+               script: Optional['TimmScript'] = None) -> List[Job]:
+    """The jobs that train ``runs`` into ``output``; train.py is found and verified once (or is ``script``), and every
+    problem (script, arguments) raises :class:`~timm_ext.launch.build_command.TrainConfigError` before anything is
+    written."""
     if not runs:
         return []
-    first = train_command(runs[0], output, timm_train)
+    first = train_command(runs[0], output, timm_train, script)
     argvs = [first.argv] + [train_command(run, output, script=first.script).argv for run in runs[1:]]
     return [run.job(argv, output) for run, argv in zip(runs, argvs)]

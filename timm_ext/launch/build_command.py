@@ -11,12 +11,13 @@ import argparse
 import os
 import site
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from timm_ext._timm_backports import LOADER_FIXED_IN, needs_fix
 from timm_ext.launch.command_checks import check_train_command, check_validate_command, ddp_on_cpu_problems
+from timm_ext.launch.cpu_threads import cpu_thread_env
 from timm_ext.launch.distributed import Launch
 from timm_ext.launch.global_batch import GlobalBatchError, resolve_auto_accumulation
 from timm_ext.launch.timm_scripts import ScriptError, TimmScript, find_script, load_script_parser, script_args
@@ -40,12 +41,16 @@ class TrainConfigError(ValueError):
 class TrainCommand:
     """A resolved command: the argv of the child process, the script it runs, what the checks let pass with a
     warning (one line each, e.g. a paper recipe at another global batch with ``allow_batch_change``), and notes
-    to show at start (one line each: where SLURM's rendezvous is, the global batch of ``--grad-accum-steps auto``)."""
+    to show at start (one line each: where SLURM's rendezvous is, the global batch of ``--grad-accum-steps auto``).
+    ``env``: variables the child's environment gets on top of :func:`child_env` (the CPU thread count), and
+    ``env_note`` the line that says why (empty when the user chose)."""
     argv: List[str]
     script: TimmScript
     warnings: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = ()
     args: Optional[argparse.Namespace] = None  # what the script will parse (recipe and arguments), when known
+    env: Mapping[str, str] = field(default_factory=dict)
+    env_note: str = ''
 
 
 def resolve_script(name: str, path: Optional[Union[str, Path]] = None, allow_unverified: bool = False) -> TimmScript:
@@ -76,6 +81,7 @@ def build_train_command(
         script: Optional[TimmScript] = None,
         allow_batch_change: bool = False,
         launch: Optional[Launch] = None,
+        threads: Optional[int] = None,
 ) -> TrainCommand:
     """The command that runs timm's train.py with ``recipe`` (a path or packaged name) and ``train_args``.
 
@@ -86,6 +92,8 @@ def build_train_command(
     instead: torchrun on one node or several (:func:`~timm_ext.launch.distributed.resolve_launch`, which also
     reads SLURM). The checks count ``launch.world_size`` processes. ``--grad-accum-steps auto`` in
     ``train_args`` becomes the steps that keep a packaged paper recipe's global batch at that world size.
+    ``threads``: CPU threads per train.py process (:func:`~timm_ext.launch.cpu_threads.cpu_thread_env`: on the CPU,
+    the cores free at start shared among the node's processes, unless this or ``OMP_NUM_THREADS`` says otherwise).
     """
     if nproc_per_node is not None and launch is not None:
         raise TrainConfigError('give nproc_per_node or launch, not both (launch has its own nproc_per_node)')
@@ -125,6 +133,11 @@ def build_train_command(
     refused = ddp_on_cpu_problems(effective, world, script)
     if refused:
         raise TrainConfigError('\n'.join(refused))
+    on_cpu = str(getattr(effective, 'device', None) or '').startswith('cpu')
+    try:
+        env, thread_note = cpu_thread_env(threads, os.environ, on_cpu, processes=launch.nproc_per_node if launch else 1)
+    except ValueError as e:
+        raise TrainConfigError(str(e)) from None
     args = (['-c', str(recipe_path)] if recipe_path else []) + extra + _device_modules(effective)
     # train.py binds timm's create_loader before it imports timm_ext: on a timm with that bug, the runner
     # imports timm_ext (and its fix, timm_ext._timm_backports) first
@@ -133,7 +146,8 @@ def build_train_command(
         argv = [sys.executable, *target, *args]
     else:
         argv = [sys.executable, '-m', 'torch.distributed.run', *launch.torchrun_args(), *target, *args]
-    return TrainCommand(argv=argv, script=script, warnings=warnings, notes=tuple(notes), args=effective)
+    return TrainCommand(argv=argv, script=script, warnings=warnings, notes=tuple(notes), args=effective, env=env,
+                        env_note=thread_note)
 
 
 def build_validate_command(

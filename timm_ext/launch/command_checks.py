@@ -11,12 +11,15 @@ train.py:
 
 * the recipe file's keys and values (:func:`timm_ext.recipes.check_recipe`, also ``timm-ext recipes check``);
 * the optimizer: an opt name timm's factory would not build as SAM, ``opt_kwargs`` its optimizer does not
-  take or that repeat train.py's own arguments, SAM settings left over under a baseline ``--opt``;
+  take or that repeat train.py's own arguments, SAM settings its optimizer refuses (the optimizer's own checks),
+  SAM settings left over under a baseline ``--opt``;
 * ``--device cuda`` (the scripts' default) where CUDA is not available; an output folder train.py cannot make;
   ``bce_loss`` that train.py would ignore;
 * an ImageFolder whose class count differs from the classes the model will have;
 * a model name timm does not know once timm_ext and the ``device_modules`` are imported (with the closest
   names), or a ``device_modules`` entry that cannot be imported at all;
+* an input size the model cannot take (a ViT built for 224 px at ``--img-size 32``, or built for 32 px by its
+  ``model_kwargs`` and fed the 224 px of its pretrained cfg): built and run once on the meta device;
 * the data of an ImageFolder: no ``--data-dir``, a folder that does not exist, a split folder that is missing
   (timm then reads the whole root, the other splits included), a split without images. ``torch/``, ``hfds/``,
   ``hfids/``, ``tfds/`` and ``wds/`` datasets are left to the script;
@@ -54,6 +57,7 @@ from timm_ext.launch.image_folder import (
     is_folder_dataset,
     split_folder,
 )
+from timm_ext.launch.input_size import input_size_problems, meta_model
 from timm_ext.launch.timm_scripts import TimmScript, ddp_passes_device_ids, script_args
 from timm_ext.recipes.checks import (
     SAM_ONLY_KEYS,
@@ -63,6 +67,7 @@ from timm_ext.recipes.checks import (
     opt_kwargs_problems,
     opt_name_problems,
     optimizer_arguments,
+    sam_settings_problems,
 )
 
 __all__ = [
@@ -109,6 +114,7 @@ def check_train_command(
     modules = ['timm_ext', *_as_list(getattr(args, 'device_modules', None))]
     in_recipe = config.get('model') == args.model
     problems += _model_problems(args.model, modules, script_dir, in_recipe, '--device-modules', 'train.py')
+    problems += input_size_problems(args, config)
     problems += _train_data_problems(args, processes)
     problems += _aug_repeats_problems(args, config, processes)
     warnings: List[str] = []
@@ -183,6 +189,7 @@ def _train_args_problems(
         args: argparse.Namespace, config: Optional[Dict[str, Any]], cuda_available: Optional[bool],
 ) -> List[str]:
     problems = _optimizer_problems(args, config or {})
+    problems += _sam_setting_problems(args)
     problems += _device_problems(args.device, cuda_available)
     problems += _output_problems(args)
     problems += loss_problems(lambda k: getattr(args, k, None))
@@ -205,6 +212,14 @@ def _optimizer_problems(args: argparse.Namespace, config: Dict[str, Any]) -> Lis
     leftover = _leftover_sam_kwargs(args, config)
     own = {k: v for k, v in (args.opt_kwargs or {}).items() if k not in leftover}
     return opt_name_problems(args.opt) + _opt_kwargs_twice(args) + opt_kwargs_problems(args.opt, own)
+
+
+def _sam_setting_problems(args: argparse.Namespace) -> List[str]:
+    """A SAM setting out of range (``rho=-0.05``): train.py's factory refuses it only after the model and the data
+    are built. The optimizer's own checks, as ``timm-ext recipes check`` runs them."""
+    if not isinstance(args.opt, str) or not isinstance(args.opt_kwargs or {}, dict):
+        return []
+    return sam_settings_problems(args.opt, args.opt_kwargs or {})
 
 
 def _opt_kwargs_twice(args: argparse.Namespace) -> List[str]:
@@ -310,15 +325,8 @@ def _class_count_problems(args: argparse.Namespace) -> List[str]:
 
 def _model_num_classes(model: str, model_kwargs: Dict[str, Any]) -> Optional[int]:
     """The classes ``model`` has by default (built on the meta device: no memory, no weights)."""
-    import timm
-    import torch
-
-    import timm_ext.models  # noqa: F401  (registers timm-ext's models)
-    try:
-        with torch.device('meta'):
-            return int(timm.create_model(model, pretrained=False, **model_kwargs).num_classes)
-    except Exception:  # an unknown model or bad kwargs: train.py reports those itself
-        return None
+    built = meta_model(model, model_kwargs)
+    return None if built is None else int(built.num_classes)
 
 
 def _model_problems(

@@ -5,6 +5,10 @@ it. validate.py reads none of it: without ``--model`` it builds its default ``dp
 ``--mean/--std``, ``--img-size`` or ``--crop-pct`` it takes the model's pretrained config, so a checkpoint
 trained with other values scores a different top-1 than train.py printed, silently. :func:`validate_args_from_run`
 gives validate.py the values train.py evaluated with; the user's own flags still win, and each is reported.
+
+A run folder whose ``args.yaml`` is gone is still a run: its checkpoint carries the same arguments
+(:func:`read_folder_run`). Without ``--model``, such a folder is never handed to validate.py, which would validate
+every file in it with its default ``dpn92`` and exit 0.
 """
 import argparse
 import ast
@@ -14,8 +18,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from timm_ext._timm_compat import parser_actions
 
-__all__ = ['RunError', 'RunSettings', 'ValidateFromRun', 'fit_problem', 'is_run_folder', 'read_run', 'run_checkpoint',
-           'validate_args_from_run', 'validate_command_from_run']
+__all__ = ['RunError', 'RunSettings', 'ValidateFromRun', 'fit_problem', 'is_run_folder', 'read_folder_run', 'read_run',
+           'run_checkpoint', 'validate_args_from_run', 'validate_command_from_run']
 
 LAST, BEST = 'last.pth.tar', 'model_best.pth.tar'
 
@@ -82,6 +86,40 @@ def read_run(path: Union[str, Path], best: bool = False) -> RunSettings:
             has_ema = False
     return RunSettings(checkpoint, ckpt.arch or args.get('model'), args, source,
                        {k: tuple(v.shape) for k, v in ckpt.state_dict.items()}, has_ema)
+
+
+def read_folder_run(
+        folder: Union[str, Path], best: bool = False, model_given: bool = False, default_model: str = 'dpn92',
+) -> Tuple[RunSettings, Optional[str]]:
+    """The run of a folder without ``args.yaml``, read from the arguments train.py saved in its checkpoint (its
+    last.pth.tar; model_best.pth.tar with ``best``; else its one checkpoint), and a note naming the checkpoint when
+    the folder holds several. RunError (one line, naming the files to give) for a folder without a checkpoint, with
+    several and none of train.py's names, or whose checkpoint holds no model name when ``--model`` is not given
+    (validate.py would validate each file with ``default_model``)."""
+    folder = Path(folder).expanduser()
+    found = sorted({p.name for p in folder.glob('*.pth.tar')} | {p.name for p in folder.glob('*.pth')})
+    if not found:
+        raise RunError(f'--checkpoint {folder} holds no checkpoint (*.pth.tar, *.pth) and no args.yaml: give the '
+                       f'folder train.py wrote (OUTPUT/train/RUN) or a checkpoint file')
+    name = next((n for n in ([BEST] if best else [LAST, BEST]) if n in found), found[0] if len(found) == 1 else None)
+    if best and name != BEST:
+        raise RunError(f'run folder {folder} has no {BEST} (it has {", ".join(found)}): give a checkpoint file with '
+                       f'--checkpoint')
+    if name is None:
+        raise RunError(f'--checkpoint {folder} holds {len(found)} checkpoints ({", ".join(found)}) and no args.yaml or '
+                       f'{LAST}: give one, e.g. --checkpoint {folder / found[-1]} (with --model NAME if it holds no '
+                       f'train.py arguments), or --model NAME to validate each')
+    run = read_run(folder / name)
+    if not run.arch and not model_given:
+        which = 'the checkpoint' if len(found) == 1 else f'one of its checkpoints ({", ".join(found)})'
+        raise RunError(f'{folder / name} holds no train.py arguments and {folder} has no args.yaml, so its model is '
+                       f'unknown (validate.py would validate every file there with its default {default_model}): '
+                       f'give {which} and its model: --checkpoint {folder / name} --model NAME')
+    if len(found) == 1:
+        return run, None
+    other = f'--best takes {BEST}, ' if BEST in found and not best else ''
+    return run, (f'{folder} has no args.yaml: validating {name} with the arguments train.py saved in it (the folder '
+                 f'holds {", ".join(found)}; {other}--checkpoint FILE another)')
 
 
 def _kwarg_value(value: Any) -> str:
@@ -170,21 +208,27 @@ def validate_command_from_run(
         best: bool = False,
 ) -> Optional[ValidateFromRun]:
     """validate.py's ``argv`` completed from the run of its ``--checkpoint`` (a file, or a run folder: its
-    last.pth.tar, or model_best.pth.tar with ``best``); None when there is no checkpoint or it is a folder of
-    checkpoints. Raises RunError (one line) when the run cannot be read or the model does not fit it."""
+    last.pth.tar, or model_best.pth.tar with ``best``; a folder without args.yaml: :func:`read_folder_run`); None
+    when there is no checkpoint, or it is a folder of checkpoints given with ``--model`` (validate.py validates each).
+    Raises RunError (one line) when the run cannot be read or the model does not fit it."""
     parsed = parser.parse_known_args(list(argv))[0]
     path = getattr(parsed, 'checkpoint', None)
     if not path:
         if best:
             raise RunError('--best picks model_best.pth.tar of the run folder given with --checkpoint: add it')
         return None
-    if Path(path).expanduser().is_dir() and not is_run_folder(path):
-        return None
     if not Path(path).expanduser().exists():
         return None  # the argument checks say so
-    run = read_run(path, best)
+    model_given = 'model' in _given(parser, argv, parsed)
+    folder = Path(path).expanduser().is_dir() and not is_run_folder(path)
+    if folder and model_given and not best:
+        return None  # a folder of checkpoints: validate.py validates each with --model
+    run, note = read_folder_run(path, best, model_given, parser.get_default('model')) if folder else (
+        read_run(path, best), None)
     kept = _without_option(list(argv), '--checkpoint') + ['--checkpoint', str(run.checkpoint)]
     result = validate_args_from_run(parser, kept, run)
+    if note:
+        result = ValidateFromRun(result.args, [note, *result.taken], result.overrides)
     final = parser.parse_known_args(result.args)[0]
     kwargs = dict(final.model_kwargs or {})
     for dest in ('num_classes', 'in_chans'):

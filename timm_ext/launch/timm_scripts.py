@@ -11,8 +11,11 @@ timm-ext finds them in this order:
    stored in that cache.
 
 A verified file given by path or ``$TIMM_EXT_TIMM_TRAIN`` is copied into that cache when it is the
-release the cache is searched for, so later commands find it without the path (and offline).
-:func:`locate_script` says which file :func:`find_script` would use without downloading or writing.
+release the cache is searched for, and so is the other script beside it when it is the same release's
+(``timm-ext train --timm-train PATH`` once, and ``timm-ext validate`` finds validate.py), so later
+commands find them without the path (and offline). :func:`locate_script` says which file
+:func:`find_script` would use without downloading or writing; :func:`download_problems` whether a file
+can be downloaded now (``timm-ext doctor``).
 
 Every file is checked against a table of sha256 digests shipped with timm-ext
 (:mod:`timm_ext.launch.release_table`). A file that is no release's script is
@@ -34,6 +37,9 @@ import re
 import runpy
 import shutil
 import tempfile
+import threading
+import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,18 +51,29 @@ from timm_ext._files import user_file_mode
 from timm_ext.launch.release_table import check_name, release_table, sha256_of, tags_of
 
 __all__ = [
-    'ENV_CACHE', 'ENV_SCRIPT', 'SCRIPT_URL', 'ScriptError', 'ScriptLocation', 'TimmScript', 'cache_root',
-    'ddp_passes_device_ids', 'fetch_url', 'find_script', 'load_script_parser', 'locate_script', 'script_args',
+    'ENV_CACHE', 'ENV_SCRIPT', 'PROBE_TIMEOUT_S', 'SCRIPT_URL', 'ScriptError', 'ScriptLocation', 'TimmScript',
+    'cache_root', 'ddp_passes_device_ids', 'download_problems', 'fetch_url', 'find_script', 'load_script_parser',
+    'locate_script', 'probe_url', 'script_args',
 ]
 
 ENV_SCRIPT = 'TIMM_EXT_TIMM_TRAIN'
 ENV_CACHE = 'TIMM_EXT_CACHE'
 SCRIPT_URL = 'https://raw.githubusercontent.com/huggingface/pytorch-image-models/{tag}/{name}'
 _OPTIONS = {'train.py': '--timm-train', 'validate.py': '--timm-validate'}
+_BESIDE = {'train.py': 'validate.py', 'validate.py': 'train.py'}  # the script cached with a given one
+_FETCH_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_S = 4.0  # how long `timm-ext doctor` waits for the server, both scripts together
 
 
 class ScriptError(RuntimeError):
-    """timm's script cannot be provided: missing, unverifiable or wrong for the installed timm (one line)."""
+    """timm's script cannot be provided: missing, unverifiable or wrong for the installed timm (one line).
+
+    ``download_reason``: why the download failed, in a few words, when that is what went wrong (the demo then
+    trains in its built-in loop and says why); None for every other refusal."""
+
+    def __init__(self, message: str, download_reason: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.download_reason = download_reason
 
 
 @dataclass(frozen=True)
@@ -116,10 +133,64 @@ def cache_root() -> Path:
     return Path(os.environ.get(ENV_CACHE, Path.home() / '.cache' / 'timm-ext')).expanduser() / 'timm-train'
 
 
-def fetch_url(url: str, timeout: float = 30.0) -> bytes:
-    """The bytes at ``url`` (the one place timm-ext goes to the network for scripts; tests replace it)."""
+def fetch_url(url: str, timeout: float = _FETCH_TIMEOUT_S) -> bytes:
+    """The bytes at ``url`` (the one place timm-ext downloads scripts; tests replace it)."""
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.read()
+
+
+def probe_url(url: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Ask the server for ``url``'s headers only (HEAD): raises what a download would raise now, and reads no body
+    and writes nothing (``timm-ext doctor``'s look at the network; tests replace it)."""
+    with urllib.request.urlopen(urllib.request.Request(url, method='HEAD'), timeout=timeout):
+        pass
+
+
+def download_problems(urls: Sequence[str], timeout: Optional[float] = None) -> Dict[str, Optional[str]]:
+    """For each URL, None when it can be downloaded now, else why not (a few words).
+
+    The URLs are asked at once, each in a thread, and waited for ``timeout`` seconds in all (default
+    :data:`PROBE_TIMEOUT_S`): urllib's own timeout does not bound the name lookup, so a hanging resolver would
+    otherwise hold the caller longer.
+    """
+    timeout = PROBE_TIMEOUT_S if timeout is None else timeout
+    outcomes: Dict[str, Optional[BaseException]] = {}
+
+    def ask(url: str) -> None:
+        try:
+            probe_url(url, timeout)
+            outcomes[url] = None
+        except BaseException as e:  # handed to the caller: a failure is an answer, an interruption is raised there
+            outcomes[url] = e
+
+    threads = [threading.Thread(target=ask, args=(url,), daemon=True) for url in urls]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    answered = dict(outcomes)  # a thread that answers from now on is too late
+    return {url: _probe_answer(answered, url, timeout) for url in urls}
+
+
+def _probe_answer(answered: Dict[str, Optional[BaseException]], url: str, timeout: float) -> Optional[str]:
+    """One URL's answer as download_problems gives it: None, why not, or the interruption raised again."""
+    if url not in answered:
+        return f'no answer within {timeout:g} s'
+    error = answered[url]
+    if error is not None and not isinstance(error, Exception):
+        raise error  # KeyboardInterrupt, SystemExit, a test's failure: not a fact about the network
+    return None if error is None else _failure_reason(error, timeout)
+
+
+def _failure_reason(error: Exception, timeout: float) -> str:
+    """urllib's error in a few words: ``[Errno -2] Name or service not known``, ``HTTP 404 Not Found``, ..."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f'HTTP {error.code} {error.reason}'
+    reason = getattr(error, 'reason', None) or error
+    if isinstance(reason, TimeoutError):
+        return f'no answer within {timeout:g} s'
+    return str(reason).strip() or type(reason).__name__
 
 
 def ddp_passes_device_ids(path: Union[str, Path]) -> bool:
@@ -176,7 +247,8 @@ def find_script(
     ``timm_version`` defaults to the installed one. Raises ScriptError with one line that says why
     and what to do. With ``patch``, a train.py without the task API is replaced by the patched copy.
     With ``remember``, a file given by ``path`` or ``$TIMM_EXT_TIMM_TRAIN`` is copied into the cache
-    (see :func:`_remembered`), so the next call finds it without either.
+    (see :func:`_remembered`), and so is the other script beside it (:func:`_with_sibling_remembered`),
+    so the next call finds them without either.
     """
     check_name(name)
     version = _installed_version(timm_version)
@@ -184,7 +256,7 @@ def find_script(
     if location.script is None:
         script = _downloaded(location, version, allow_unverified)
     elif remember and location.source != 'cache':
-        script = _remembered(location.script, version)
+        script = _with_sibling_remembered(_remembered(location.script, version), version)
     else:
         script = location.script
     return _with_task_api(script) if patch and name == 'train.py' else script
@@ -310,13 +382,13 @@ def _downloaded(location: ScriptLocation, version: Version, allow_unverified: bo
     try:
         data = fetch_url(url)
     except Exception as e:  # urllib's errors, timeouts, no network: all end in the same advice
-        reason = str(getattr(e, 'reason', '') or e).strip() or type(e).__name__
+        reason = _failure_reason(e, _FETCH_TIMEOUT_S)
         which = tag if tag == f'v{version.public}' else (
             f'{tag} (timm {version} is installed; {tag} is the newest release timm-ext has a sha256 for)')
         raise ScriptError(
             f'could not download {name} of timm {which} from {url} ({reason}); provide it in one of three other '
             f'ways: {_OPTIONS[name]} PATH, {ENV_SCRIPT}=PATH (timm\'s train.py or its folder), '
-            f'or save it as {target}') from None
+            f'or save it as {target}', download_reason=reason) from None
     expected = release_table().get(tag)
     digest = sha256_of(data)
     if expected is not None and digest != expected.sha256(name):
@@ -337,24 +409,72 @@ def _remembered(script: TimmScript, version: Version) -> TimmScript:
 
     Only a verified release's script is copied, and only when it is the release the cache is searched
     for (an older release's file stored under its own tag would never be found). An existing file is
-    never replaced: the copy is linked in place, which fails when another file got there first.
+    never replaced (:func:`_cache_copy`).
     """
     if script.tag is None or Version(script.tag[1:]) > version:  # unverified: accepted by --allow-unverified
         return script
-    flag = '$' + ENV_SCRIPT if script.source == ENV_SCRIPT else script.source
+    flag = _flag(script.source, script.name)
     wanted, _ = _wanted_tag(version, allow_unverified=False)
     target = cache_root() / wanted / script.name
     if script.tag != wanted:
-        note = (f'{script.name} of {script.tag} is not cached: without {flag}, timm {version} looks for the '
-                f'{script.name} of {wanted} ({target})')
-        return replace(script, notes=script.notes + (note,))
+        return _noted(script, f'{script.name} of {script.tag} is not cached: without {flag}, timm {version} looks '
+                              f'for the {script.name} of {wanted} ({target})')
+    return _noted(script, _cache_copy(script, target, flag, f'{script.name} of {script.tag}'))
+
+
+def _with_sibling_remembered(script: TimmScript, version: Version) -> TimmScript:
+    """Cache the other script beside a given one too (validate.py beside train.py, and the reverse), so that
+    ``timm-ext validate`` finds validate.py after one ``timm-ext train --timm-train PATH``.
+
+    Only when the given file is the release the cache is searched for, and the other file that release's
+    own script by its sha256; one that is not is left out with a note (it is no error: nothing asked for it).
+    """
+    if script.tag is None or Version(script.tag[1:]) > version:
+        return script
+    wanted, _ = _wanted_tag(version, allow_unverified=False)
+    name = _BESIDE[script.name]
+    path = script.original.parent / name
+    if script.tag != wanted or not path.is_file():  # the given file is not cached either (its note says why)
+        return script
+    digest = sha256_of(path)
+    if digest != release_table()[wanted].sha256(name):
+        return _noted(script, f'did not cache the {name} beside the given {script.name} ({path}): '
+                              f'{_not_the_release(digest, name, wanted)}')
+    sibling = TimmScript(name=name, path=path, original=path, source=script.source, sha256=digest, tag=wanted)
+    what = f'{name} of {wanted} (beside the given {script.name})'
+    return _noted(script, _cache_copy(sibling, cache_root() / wanted / name, _flag(script.source, name), what))
+
+
+def _not_the_release(digest: str, name: str, tag: str) -> str:
+    """Why a file is not ``name`` of ``tag``: the release it is, or that it is none timm-ext knows."""
+    tags = tags_of(digest, name)
+    if tags:
+        return f'it is the {name} of {_span(tags)}, not of {tag}'
+    return f'its sha256 {digest[:16]}... is not the {name} of {tag} (nor of any timm release timm-ext knows)'
+
+
+def _flag(source: str, name: str) -> str:
+    """What a later command would need without the cache: ``$TIMM_EXT_TIMM_TRAIN`` or ``name``'s option."""
+    return '$' + ENV_SCRIPT if source == ENV_SCRIPT else _OPTIONS[name]
+
+
+def _noted(script: TimmScript, note: Optional[str]) -> TimmScript:
+    """``script`` with ``note`` added to what the command shows (unchanged for None: nothing to say)."""
+    return script if note is None else replace(script, notes=script.notes + (note,))
+
+
+def _cache_copy(script: TimmScript, target: Path, flag: str, what: str) -> Optional[str]:
+    """Copy the verified ``script`` to ``target``; the note that says what happened (None: the file was there).
+
+    An existing file is never replaced: the copy is linked in place, which fails when another file got
+    there first. ``what`` names the file in the note, ``flag`` what stays needed when it is not cached.
+    """
     data = script.original.read_bytes()
     if sha256_of(data) != script.sha256:
-        note = f'{script.original} changed while it was read; it was not cached'
-        return replace(script, notes=script.notes + (note,))
+        return f'{script.original} changed while it was read; it was not cached'
     try:
         if target.exists():
-            return _existing(script, target, flag)
+            return _existing(script, target, flag, what)
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f'.{script.name}.', delete=False) as f:
             f.write(data)
@@ -362,25 +482,22 @@ def _remembered(script: TimmScript, version: Version) -> TimmScript:
         try:
             os.link(f.name, target)  # atomic, and refuses to replace a file another process wrote meanwhile
         except FileExistsError:
-            return _existing(script, target, flag)
+            return _existing(script, target, flag, what)
         except OSError:  # a file system without hard links: replace, which is atomic too
             os.replace(f.name, target)
         finally:
             Path(f.name).unlink(missing_ok=True)
     except OSError as e:
-        note = f'could not cache {script.name} of {script.tag} as {target} ({e.strerror or e}); {flag} stays needed'
-        return replace(script, notes=script.notes + (note,))
-    note = f'cached {script.name} of {script.tag} as {target}: later commands find it there without {flag}'
-    return replace(script, notes=script.notes + (note,))
+        return f'could not cache {what} as {target} ({e.strerror or e}); {flag} stays needed'
+    return f'cached {what} as {target}: later commands find it there without {flag}'
 
 
-def _existing(script: TimmScript, target: Path, flag: str) -> TimmScript:
+def _existing(script: TimmScript, target: Path, flag: str, what: str) -> Optional[str]:
     """The cache already holds ``target``: nothing to say when it is this file, a note when it is not."""
     if target.is_file() and sha256_of(target) == script.sha256:
-        return script
-    note = (f'did not cache {script.name} of {script.tag}: {target} already holds another file, left as it is '
+        return None
+    return (f'did not cache {what}: {target} already holds another file, left as it is '
             f'(later commands without {flag} use it; delete it to cache this one)')
-    return replace(script, notes=script.notes + (note,))
 
 
 def _with_task_api(script: TimmScript) -> TimmScript:

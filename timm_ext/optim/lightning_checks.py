@@ -11,10 +11,11 @@ arguments (the ``LightningModule``'s ``.trainer``), never guessed. Refused here:
   turns the ascent direction e (clipping by norm keeps it, and equals SAM's own ``clip_grad``);
 * ``gradient_clip_val`` under GSAM / LookSAM: their update also reads the first-pass gradient Lightning clipped;
 * ``m_sharpness``: Lightning's closure cannot take the ``chunk`` that cuts its batch;
-* manual optimization's ``opt.step()`` without a closure: nothing to re-evaluate at w + e.
-
-Accumulation (``accumulate_grad_batches > 1``) needs no check of its own: its closure adds to gradients it did
-not zero, which ``closure_passes.ACCUMULATION`` refuses after the first pass, before any weight moves.
+* manual optimization's ``opt.step()`` without a closure: nothing to re-evaluate at w + e;
+* ``accumulate_grad_batches > 1``: Lightning runs the window's earlier micro-batches outside ``step`` and hands
+  SAM a closure for the last one only, so SAM could not re-evaluate the window at w + e. The message names the
+  Lightning pattern that can (manual optimization, a closure over the kept window; docs/integrations.md). A
+  closure that adds to gradients it did not zero is also refused generically (``closure_passes.ACCUMULATION``).
 
 Some Lightning routes never give SAM a closure: ``precision='16-mixed'`` (``MixedPrecision`` and
 ``FSDPPrecision`` run the closure themselves, then ``GradScaler.step(optimizer)``) and DeepSpeed (its engine
@@ -28,7 +29,7 @@ import importlib
 import sys
 from typing import Any, Callable, Iterator, Optional
 
-__all__ = ['CLIP_VALUE', 'CLIP_VARIANT', 'DEEPSPEED', 'FP16', 'M_SHARPNESS', 'MANUAL_NO_CLOSURE',
+__all__ = ['ACCUMULATE', 'CLIP_VALUE', 'CLIP_VARIANT', 'DEEPSPEED', 'FP16', 'M_SHARPNESS', 'MANUAL_NO_CLOSURE',
            'lightning_problem']
 
 _MAX_FRAMES = 32  # plugin.optimizer_step -> GradScaler.step / engine -> torch's step wrapper -> SAM.step -> checks
@@ -50,6 +51,11 @@ MANUAL_NO_CLOSURE = (
 FP16 = (
     _PREFIX + "precision='16-mixed' runs the closure itself and then GradScaler.step(optimizer) without it, so "
     "SAM cannot evaluate the loss at w + e: use precision='bf16-mixed' (or '32-true')")
+ACCUMULATE = (
+    _PREFIX + "Trainer(accumulate_grad_batches={n}) runs the window's earlier micro-batches outside optimizer.step "
+    "and hands SAM a closure for the last one only, so SAM cannot re-evaluate the window at w + e: leave "
+    "accumulate_grad_batches unset and, for SAM on the accumulated batch, use manual optimization with "
+    "opt.step(closure) over the kept window (docs/integrations.md, 'Gradient accumulation in Lightning')")
 DEEPSPEED = (
     _PREFIX + "a DeepSpeed strategy steps the optimizer inside its engine without the closure (and partitions the "
     "gradients SAM takes one global norm of): use strategy='ddp'")
@@ -75,6 +81,9 @@ def lightning_problem(closure: Optional[Callable[..., Any]], optimizer: Any) -> 
         trainer = module.trainer
     except RuntimeError:  # not attached to a Trainer
         return None
+    accumulate = getattr(trainer, 'accumulate_grad_batches', 1)
+    if getattr(module, 'automatic_optimization', True) and isinstance(accumulate, int) and accumulate > 1:
+        return ACCUMULATE.format(n=accumulate)
     clip_val = getattr(trainer, 'gradient_clip_val', None)
     if not clip_val or clip_val <= 0:
         return None

@@ -36,7 +36,7 @@ units of ``|w| + eta``, so SAM's value is no guide for it.
 import inspect
 import sys
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Type
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type
 
 import torch
 import torch.nn as nn
@@ -55,7 +55,7 @@ from timm_ext.optim.sam import SAM
 from timm_ext.optim.sam_settings import SAM_RHO
 
 __all__ = ['ASAM_RHO', 'SAM_BASES', 'SAM_RHO', 'create_gsam', 'create_looksam', 'create_sam', 'list_sam_bases',
-           'register_sam_optimizers']
+           'register_sam_optimizers', 'sam_kwargs_problems']
 
 # bases that get a combined name (``sam<base>`` and ``asam<base>``); any other one works via ``base=``
 SAM_BASES = (
@@ -76,8 +76,8 @@ def list_sam_bases() -> List[str]:
     return names
 
 
-def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict[str, Any]) -> torch.optim.Optimizer:
-    """Build ``base`` (a timm optimizer name) over ``params`` with the arguments timm's factory would give it."""
+def _check_base(base: Any, kind: str) -> str:
+    """``base`` as the timm name of a base ``kind`` can wrap, or a one-line ValueError."""
     if base is None:
         raise ValueError(
             f'{kind} needs a base optimizer: use a combined name such as opt="{kind.lower()}adamw" or pass '
@@ -86,7 +86,12 @@ def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict
     valid = list_sam_bases()
     if name not in valid:
         raise ValueError(f'Unknown base optimizer {base!r} for {kind}; valid names: ' + ', '.join(valid))
-    info = get_optimizer_info(name)
+    return name
+
+
+def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict[str, Any]) -> torch.optim.Optimizer:
+    """Build ``base`` (a timm optimizer name) over ``params`` with the arguments timm's factory would give it."""
+    info = get_optimizer_info(_check_base(base, kind))
     kwargs = dict(base_kwargs)
     for key, value in (info.defaults or {}).items():
         kwargs.setdefault(key, value)
@@ -116,14 +121,8 @@ def _builder(family: Type[SAM], name: str, doc: str, defaults: Optional[Dict[str
     signature = inspect.Signature(params)
 
     def create(*args: Any, **kwargs: Any) -> SAM:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        params, base, model = values.pop('params'), values.pop('base'), values.pop('model')
-        base_kwargs = values.pop('base_kwargs')
+        params, base, model, values, base_kwargs = _arguments(signature, args, kwargs)
         check_model(model, kind)
-        if 'rho' in values and values['rho'] is None:  # sam / asam: the radius depends on adaptive
-            values['rho'] = ASAM_RHO if values['adaptive'] else SAM_RHO
         base_optimizer = _base_by_name(params, base, kind, base_kwargs)
         if model is None:
             model = model_given_to_factory(base_optimizer)
@@ -133,6 +132,19 @@ def _builder(family: Type[SAM], name: str, doc: str, defaults: Optional[Dict[str
     create.__doc__ = doc
     create.__signature__ = signature.replace(return_annotation=family)
     return create
+
+
+def _arguments(signature: inspect.Signature, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[
+        Any, Optional[str], Optional[nn.Module], Dict[str, Any], Dict[str, Any]]:
+    """A ``create_*`` call's (params, base, model, the family's own arguments, the base optimizer's)."""
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    params, base, model = values.pop('params'), values.pop('base'), values.pop('model')
+    base_kwargs = values.pop('base_kwargs')
+    if 'rho' in values and values['rho'] is None:  # sam / asam: the radius depends on adaptive
+        values['rho'] = ASAM_RHO if values['adaptive'] else SAM_RHO
+    return params, base, model, values, base_kwargs
 
 
 create_sam = _builder(SAM, 'create_sam', (
@@ -152,7 +164,8 @@ _FAMILIES = {
     'gsam': (create_gsam, {}, 'GSAM (surrogate-gap SAM)'),
     'looksam': (create_looksam, {}, 'LookSAM (SAM every k steps, its direction reused in between)'),
 }
-_BUILDERS = (create_sam, create_gsam, create_looksam)
+_FAMILY_OF: Dict[Callable[..., SAM], Type[SAM]] = {create_sam: SAM, create_gsam: GSAM, create_looksam: LookSAM}
+_BUILDERS = tuple(_FAMILY_OF)
 
 
 def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> None:
@@ -186,6 +199,33 @@ def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> Non
                 num_betas=info.num_betas,
                 defaults=info.defaults,
             ))
+
+
+def sam_kwargs_problems(opt: str, opt_kwargs: Mapping[str, Any]) -> List[str]:
+    """What ``create_optimizer_v2(model, opt, **opt_kwargs)`` would refuse among the SAM family's own arguments
+    (``base`` and the family's settings), one line each in the words it would raise, found before anything is
+    built: the same argument binding as ``create_*`` and the same checks (:meth:`SAMSettings.problems`). Empty
+    for an ``opt`` that is not SAM's, or arguments that do not bind (the signature checks name those)."""
+    name = str(opt).lower().split('_')[-1]  # timm's factory keeps the text after the last underscore
+    try:
+        opt_class = get_optimizer_info(name).opt_class
+    except (ValueError, KeyError):
+        return []
+    family = _FAMILY_OF.get(opt_class.func) if isinstance(opt_class, partial) else None
+    if family is None:
+        return []
+    signature = inspect.signature(opt_class.func)
+    try:
+        _, base, _, values, _ = _arguments(signature, (None,), {**opt_class.keywords, **opt_kwargs})
+    except TypeError:
+        return []
+    problems = []
+    try:
+        _check_base(base, family.Settings.family)
+    except ValueError as error:
+        problems.append(str(error))
+    names = family.Settings.init_names()
+    return problems + family.Settings.problems(**{n: v for n, v in values.items() if n in names})
 
 
 def model_given_to_factory(base_optimizer: torch.optim.Optimizer) -> Optional[nn.Module]:

@@ -6,7 +6,9 @@ A setting is one field of a frozen dataclass; everything else derives from the f
 * where the value lives: ``group=True`` fields are parameter-group defaults (a group may carry its own
   ``rho``), the others travel in the state dict's ``"sam"`` entry, in copies and pickles, in ``repr`` and
   in the log line of settings a loaded checkpoint changes;
-* ``sam_opt_kwargs()``: every optimizer keyword the SAM family takes and a base optimizer does not.
+* ``sam_opt_kwargs()``: every optimizer keyword the SAM family takes and a base optimizer does not;
+* ``problems()``: what building the settings would refuse, one line each, before anything is built (the
+  pre-flight of a recipe's ``opt_kwargs``, through :func:`timm_ext.optim.sam_factory.sam_kwargs_problems`).
 
 Adding a setting: one field (with its ``check``) in the family's dataclass, the argument in the family's
 ``__init__`` signature (hand-written, so ``help()`` and an IDE show it), plus its test;
@@ -15,7 +17,7 @@ Adding a setting: one field (with its ``check``) in the family's dataclass, the 
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from timm_ext.arg_types import is_positive_int
 
@@ -38,9 +40,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_radius(value: Any) -> bool:
+    return _is_number(value) and value >= 0 and not math.isinf(value)
+
+
 def check_rho(rho: Any) -> None:
-    if not _is_number(rho) or not rho >= 0 or math.isinf(rho):
+    if not _is_radius(rho):
         raise ValueError(f'SAM rho must be a finite number >= 0, got rho={rho!r}')
+
+
+def check_adaptive(adaptive: Any) -> None:
+    if adaptive not in (True, False):  # 1 and 0 too, as bool() reads them; not a string such as 'false'
+        raise ValueError(f'SAM adaptive must be True or False, got adaptive={adaptive!r}')
 
 
 def check_eta(eta: Any) -> None:
@@ -79,6 +90,16 @@ def _check_alpha(family: str) -> Callable[[Any], None]:
     return check_alpha
 
 
+def _check_gsam_radius(name: str) -> Callable[[Any], None]:
+    def check_radius(value: Any) -> None:
+        if not _is_radius(value):
+            raise ValueError(f'GSAM {name} must be a finite number >= 0, got {name}={value!r}')
+    return check_radius
+
+
+_check_rho_max, _check_rho_min = _check_gsam_radius('rho_max'), _check_gsam_radius('rho_min')
+
+
 def _check_lr_min(lr_min: Any) -> None:
     if not _is_number(lr_min) or not lr_min >= 0:
         raise ValueError(f'GSAM lr_min must be a number >= 0, got lr_min={lr_min!r}')
@@ -104,7 +125,7 @@ def _with_where(check: Callable[[Any], None], value: Any, where: str) -> None:
 class SAMSettings:
     """SAM's settings (see :class:`timm_ext.optim.SAM` for what each one does)."""
     rho: float = setting(SAM_RHO, check_rho, group=True)
-    adaptive: bool = setting(False, _no_check, group=True)
+    adaptive: bool = setting(False, check_adaptive, group=True)
     eta: float = setting(0.01, check_eta, group=True)
     clip_grad: Optional[float] = setting(None, check_clip_grad)
     clip_mode: str = setting('norm', check_clip_mode)
@@ -114,11 +135,11 @@ class SAMSettings:
     family = 'SAM'
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, 'adaptive', bool(self.adaptive))
         self._check_together()
         for f in dataclasses.fields(self):
             if f.init:
                 f.metadata['check'](getattr(self, f.name))
+        object.__setattr__(self, 'adaptive', bool(self.adaptive))
 
     def _check_together(self) -> None:
         """Checks across fields (run before the per-field ones)."""
@@ -130,6 +151,26 @@ class SAMSettings:
         for f in dataclasses.fields(cls):
             if f.metadata['group'] and f.name in group:
                 _with_where(f.metadata['check'], group[f.name], where)
+
+    @classmethod
+    def problems(cls, **values: Any) -> List[str]:
+        """What ``cls(**values)`` refuses, in its own words, one line each, without building an optimizer: each
+        given setting's check (every bad value named at once), then, when those pass, the constructor itself (the
+        checks across settings). The pre-flight of ``opt_kwargs`` runs this, so a recipe is refused with the text
+        the optimizer would raise."""
+        checks = {f.name: f.metadata['check'] for f in dataclasses.fields(cls) if f.init}
+        problems = []
+        for name, value in values.items():
+            try:
+                checks[name](value)
+            except ValueError as error:
+                problems.append(str(error))
+        if not problems:
+            try:
+                cls(**values)
+            except ValueError as error:
+                problems.append(str(error))
+        return problems
 
     @classmethod
     def checked(cls, where: str = '', **values: Any) -> 'SAMSettings':
@@ -173,8 +214,8 @@ class SAMSettings:
 @dataclass(frozen=True)
 class GSAMSettings(SAMSettings):
     """GSAM's settings: SAM's, with the radius scheduled between ``rho_min`` and ``rho_max`` by the lr."""
-    rho_max: float = setting(GSAM_RHO_MAX, check_rho)
-    rho_min: float = setting(GSAM_RHO_MIN, check_rho)
+    rho_max: float = setting(GSAM_RHO_MAX, _check_rho_max)
+    rho_min: float = setting(GSAM_RHO_MIN, _check_rho_min)
     alpha: float = setting(GSAM_ALPHA, _check_alpha('GSAM'))
     lr_max: Optional[float] = setting(None, _no_check)
     lr_min: float = setting(0.0, _check_lr_min)
@@ -190,8 +231,8 @@ class GSAMSettings(SAMSettings):
             object.__setattr__(self, 'lr_max', float(self.lr_max))
 
     def _check_together(self) -> None:
-        check_rho(self.rho_max)
-        check_rho(self.rho_min)
+        _check_rho_max(self.rho_max)  # before they are compared
+        _check_rho_min(self.rho_min)
         if self.rho_min > self.rho_max:
             raise ValueError(f'GSAM rho_min must be <= rho_max, got rho_min={self.rho_min!r} > '
                              f'rho_max={self.rho_max!r}')

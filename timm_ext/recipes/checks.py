@@ -10,6 +10,8 @@ catch what would otherwise cost a run:
   keeps only the text after the last underscore and builds plain AdamW;
 * an ``opt_kwargs`` key the optimizer timm's factory builds has no argument for (``opt: adamw`` with
   ``opt_kwargs: {rho: 0.05}``: ``TypeError`` in train.py), read from the class's signature;
+* a SAM-family setting in ``opt_kwargs`` its optimizer refuses (``rho: -0.05``, GSAM's ``rho_min`` above its
+  ``rho_max``, an unknown ``base``), checked by the optimizer's own checks, in the words it would raise;
 * ``bce_loss: true`` with label smoothing 0 and no mixup / cutmix: train.py then builds softmax
   cross-entropy and ignores ``bce_loss`` (it builds its BCE loss only in the mixup and smoothing branches).
 
@@ -23,10 +25,11 @@ from functools import partial
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from timm_ext._timm_compat import parser_actions
+from timm_ext.optim.sam_factory import sam_kwargs_problems
 from timm_ext.optim.sam_settings import sam_opt_kwargs
 
 __all__ = ['SAM_ONLY_KEYS', 'actions_by_dest', 'check_recipe', 'is_sam_optimizer', 'kind_of', 'loss_problems',
-           'opt_kwargs_problems', 'opt_name_problems', 'optimizer_arguments']
+           'opt_kwargs_problems', 'opt_name_problems', 'optimizer_arguments', 'sam_settings_problems']
 
 # the SAM family's own optimizer arguments (opt_kwargs), from its settings declarations
 SAM_ONLY_KEYS = sam_opt_kwargs()
@@ -69,6 +72,8 @@ def check_recipe(config: Dict[str, Any], parser: argparse.ArgumentParser, opt_kw
         problems += opt_name_problems(opt)
         if opt_kwargs and isinstance(config.get('opt_kwargs'), dict):
             problems += opt_kwargs_problems(opt, config['opt_kwargs'])
+        if opt_kwargs and isinstance(config.get('opt_kwargs') or {}, dict):
+            problems += sam_settings_problems(opt, config.get('opt_kwargs') or {})
     return problems + loss_problems(lambda k: config.get(k, actions[k].default if k in actions else None))
 
 
@@ -158,6 +163,15 @@ def opt_kwargs_problems(opt: str, opt_kwargs: Dict[str, Any]) -> List[str]:
         problems.append(f'{line}: did you mean {close[0]!r}?' if close else
                         f'{line}: it takes {", ".join(sorted(takes))}')
     return problems
+
+
+def sam_settings_problems(opt: str, opt_kwargs: Dict[str, Any]) -> List[str]:
+    """SAM-family settings in ``opt_kwargs`` that timm's factory would refuse when train.py builds the optimizer,
+    after the model and the data: found here by the same checks (:func:`~timm_ext.optim.sam_factory.
+    sam_kwargs_problems`), in the same words. ``timm-ext recipes check`` and the checks of a command line both
+    call this."""
+    return [f'opt_kwargs: {problem} (train.py would stop with this ValueError when it builds the optimizer, after '
+            f'the model and the data)' for problem in sam_kwargs_problems(opt, opt_kwargs)]
 
 
 def loss_problems(get: Callable[[str], Any]) -> List[str]:

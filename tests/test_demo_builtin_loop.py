@@ -1,0 +1,106 @@
+"""timm_ext.demo.builtin_loop: the demo's own loop of timm's parts, for a machine without train.py.
+
+It takes the demo's train.py arguments and no others (one line naming the argument, exit 2), parses them to
+train.py's own values, and gives train.py's results: the slow test trains the quick demo's two runs through
+both routes and finds every ``summary.csv`` number the same, epoch by epoch (train.py from
+TIMM_EXT_TIMM_TRAIN, default ../shared/timm-train/v1.0.28; skipped with the reason when it is absent).
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import require_timm_script
+
+from timm_ext.demo import runs as demo
+from timm_ext.demo.builtin_loop import PROG, main, parse_loop_args
+
+REPO = Path(__file__).resolve().parents[1]
+_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
+_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
+TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
+REFUSED = (f'{PROG}: error: --drop is not an argument of the demo\'s built-in loop, which takes only the train.py '
+           f'arguments of `timm-ext demo`\'s runs; for any other, train with timm\'s train.py (timm-ext train '
+           f'--timm-train PATH)')
+
+
+def _args(tmp_path, name='vit', epochs=4):
+    run = {r.name: r for r in demo.demo_runs()}[name]
+    return run.train_args(tmp_path / 'data', tmp_path / 'out', epochs)
+
+
+def _without(args, option):
+    i = args.index(option)
+    return args[:i] + args[i + 2:]
+
+
+@pytest.mark.parametrize('change, message', [
+    (lambda a: a + ['--drop', '0.1'], REFUSED),
+    (lambda a: a[:a.index('--device') + 1] + ['cuda'] + a[a.index('--device') + 2:],
+     f'{PROG}: error: argument --device: invalid choice: \'cuda\' (choose from \'cpu\')'),
+    (lambda a: _without(a, '--lr'), f'{PROG}: error: the following arguments are required: --lr'),
+    (lambda a: a + ['--hflip', 'x'], f'{PROG}: error: argument --hflip: invalid float value: \'x\''),
+])
+def test_what_the_loop_does_not_take_is_one_line(tmp_path, capsys, change, message):
+    assert main(change(_args(tmp_path))) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == message and captured.out == ''
+    assert not (tmp_path / 'out').exists()
+
+
+def test_the_loop_as_a_process_refuses_in_one_line_without_a_traceback(tmp_path):
+    done = subprocess.run([sys.executable, '-m', 'timm_ext.demo.builtin_loop', *_args(tmp_path), '--drop', '0.1'],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    # timm 1.0.23 on torch 2.14 warns at import (torch.jit.interface): a warning and its source line, not ours
+    lines = [line for line in done.stderr.strip().splitlines()
+             if 'Warning: ' not in line and line.strip() != 'warnings.warn(']
+    assert done.returncode == 2 and lines == [REFUSED] and done.stdout == ''
+
+
+def test_every_demo_run_parses_to_train_py_s_own_values(tmp_path):
+    """Each value the loop (and timm's helpers, and ``timm-ext validate``) reads is what train.py parses, the
+    arguments the demo does not give included (``TRAIN_PY_DEFAULTS``, checked against train.py's parser)."""
+    from timm_ext.launch.timm_scripts import script_args
+
+    parser = require_timm_script(TRAIN_PY)
+    for run in demo.demo_runs():
+        argv = run.train_args(tmp_path / 'data', tmp_path / 'out', 6)
+        ours, theirs = vars(parse_loop_args(argv)), vars(script_args(parser, argv))
+        assert {k: theirs[k] for k in ours} == ours, run.name
+
+
+def _refuse(url, timeout=30.0):
+    raise OSError(f'no route to {url}')
+
+
+@pytest.mark.slow
+def test_both_routes_give_the_same_numbers_epoch_by_epoch(tmp_path, monkeypatch, offline_scripts):
+    """The quick demo (``vit`` with AdamW, ``full`` with the conv stem, CB and SAM) through the built-in loop and
+    through train.py: every summary.csv number is the same (top-1, top-5, losses, lr), epoch by epoch."""
+    from timm_ext.demo import run_demo
+    from timm_ext.launch import from_run, timm_scripts
+
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setattr(timm_scripts, 'fetch_url', _refuse)
+    lines = []
+    data = tmp_path / 'data'
+    builtin = run_demo(output=tmp_path / 'builtin', quick=True, data_root=data, progress=False, log=lines.append)
+    assert lines[0].startswith('timm-ext demo: timm\'s train.py for timm ') and 'no route to' in lines[0]
+    monkeypatch.setenv('TIMM_EXT_TIMM_TRAIN', str(TRAIN_PY))  # after: it is cached where the loop's run looked
+    train_py = run_demo(output=tmp_path / 'train_py', quick=True, data_root=data, progress=False,
+                        log=lines.append)
+    assert [r.name for r in builtin.runs] == [r.name for r in train_py.runs] == ['vit', 'full']
+    for ours, theirs in zip(builtin.runs, train_py.runs):
+        assert len(ours.eval_top1) == demo.QUICK_EPOCHS
+        assert ours.eval_top1 == theirs.eval_top1, ours.name  # the same validation images right, epoch by epoch
+        assert (Path(ours.folder) / 'summary.csv').read_text() == (Path(theirs.folder) / 'summary.csv').read_text()
+        # args.yaml: every value the loop records is train.py's (only the output folder differs)
+        ours_args = yaml.safe_load((Path(ours.folder) / 'args.yaml').read_text())
+        theirs_args = yaml.safe_load((Path(theirs.folder) / 'args.yaml').read_text())
+        assert {k: v for k, v in ours_args.items() if k != 'output'} == \
+            {k: theirs_args[k] for k in ours_args if k != 'output'}
+        run = from_run.read_run(ours.folder)  # what `timm-ext validate --checkpoint RUN_FOLDER` reads
+        assert run.arch == theirs_args['model'] and run.args['model_kwargs'] == theirs_args['model_kwargs']
+        assert (Path(ours.folder) / 'model_best.pth.tar').is_file()
