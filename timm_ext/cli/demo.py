@@ -72,6 +72,6 @@ def run(args: argparse.Namespace, extra: List[str]) -> int:
     else:
         print('plot:    (matplotlib is not installed: pip install "timm-ext[demo]")')
     print(f'summary: {result.summary}')
-    print(f'runs:    {result.output} (per run: <run>/ with train.py\'s summary.csv, checkpoints; <run>.log)')
+    print(f'runs:    {result.output} (per run: <run>/ with its summary.csv, args.yaml, checkpoints; <run>.log)')
     print(f'total:   {result.wall_s:.0f} s')
     return 0
