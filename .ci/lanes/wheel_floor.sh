@@ -61,33 +61,7 @@ if [ "$recipes" -lt 100 ]; then
 fi
 echo "+ timm-ext demo --quick --no-progress --timm-train $shared/v1.0.23"
 "$floor/bin/timm-ext" demo --quick --no-progress --timm-train "$shared/v1.0.23" --output "$work/demo"
-# The README's main job on a fresh machine that reaches the package index but not GitHub: no network (a network
-# namespace of its own where unshare can make one, else a proxy that refuses), no cached scripts, no
-# TIMM_EXT_TIMM_TRAIN. The demo says why in one line, trains in its built-in loop and shows its table; its runs
-# must give train.py's summary.csv (the run above, train.py v1.0.23) byte for byte.
-echo "+ timm-ext demo --quick --no-progress  (no network, an empty cache, no TIMM_EXT_TIMM_TRAIN)"
-if unshare -rn true 2>/dev/null; then
-  no_network=(unshare -rn)
-else
-  no_network=(env HTTPS_PROXY=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 NO_PROXY= no_proxy=)
-fi
-if ! offline_out="$(env -u TIMM_EXT_TIMM_TRAIN TIMM_EXT_CACHE="$work/offline-cache" "${no_network[@]}" \
-    "$floor/bin/timm-ext" demo --quick --no-progress --output "$work/demo-offline" 2>&1)"; then
-  echo "$offline_out"
-  echo 'wheel lane: timm-ext demo --quick failed with no network and no train.py' >&2
-  exit 1
-fi
-echo "$offline_out"
-if ! grep -q "built-in loop" <<< "$offline_out" || ! grep -q '^| run | epochs | top-1' <<< "$offline_out"; then
-  echo 'wheel lane: the offline demo did not say it used its built-in loop, or showed no table' >&2
-  exit 1
-fi
-for run in vit full; do
-  if ! cmp "$work/demo/$run/summary.csv" "$work/demo-offline/$run/summary.csv"; then
-    echo "wheel lane: the built-in loop's $run/summary.csv differs from train.py's" >&2
-    exit 1
-  fi
-done
+bash "$repo/.ci/lanes/offline_demo.sh" "$work/demo" "$work" "$floor/bin/timm-ext"
 echo "+ timm-ext export --checkpoint $work/demo/full/last.pth.tar --out $work/hub"
 "$floor/bin/timm-ext" export --checkpoint "$work/demo/full/last.pth.tar" --out "$work/hub"
 "$floor/bin/python" "$repo/.ci/hub_roundtrip.py" "$work/demo/full/last.pth.tar" "$work/hub"
