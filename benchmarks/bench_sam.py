@@ -1,11 +1,13 @@
 """SAM cost: training-step time of SAM / plain AdamW, side by side in one run, and SAM's extra memory.
 
 A training step is what timm's train.py does per update through the task API:
-``task(x, y)['loss'].backward(); optimizer.step(); optimizer.zero_grad()``. Exact SAM needs two
+``task(x, y)['loss'].backward(); optimizer.step(); optimizer.zero_grad()`` (SAM opted in once with
+``replay_timm_task(sam, task)``, as train.py's hooks do: its step replays the task's call). Exact SAM needs two
 forward-backward passes, so 2.0 is the floor of the ratio; the rest is SAM's own work (global
-norm, perturbation, bit-exact restore). The same ratio is printed for a straightforward
-per-parameter-loop SAM written below as a reference (a Python loop over parameters, a fresh copy
-of every parameter each step).
+norm, perturbation, bit-exact restore). The same ratio is printed for two references written below: a
+straightforward per-parameter-loop SAM (a Python loop over parameters, a fresh copy of every parameter each
+step), and davda54/sam's algorithm as that repository runs it (the norm of the per-parameter gradient norms,
+``e_w`` kept per parameter and subtracted back), whose step timm-ext's SAM should not be slower than.
 
     python benchmarks/bench_sam.py [--models vit_small_patch16_224 resnet50] [--batch-size 2] [--repeats 7]
 """
@@ -22,6 +24,7 @@ from timm.optim import create_optimizer_v2
 from timm.task import ClassificationTask
 
 import timm_ext  # noqa: F401  (registers samadamw)
+from timm_ext.optim import replay_timm_task
 
 
 class LoopSAM:
@@ -52,6 +55,35 @@ class LoopSAM:
         self.base.step()
 
 
+class Davda54SAM:
+    """davda54/sam's update, rewritten here from its description: ||g|| as the norm of the per-parameter norms,
+    ``e_w = rho * g / (||g|| + 1e-12)`` added to each parameter and kept, subtracted again after the second
+    backward, then the base optimizer's step."""
+
+    def __init__(self, model: nn.Module, base: torch.optim.Optimizer, rho: float = 0.05):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.base = base
+        self.rho = rho
+        self.e_w: Dict[torch.Tensor, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def first_step(self) -> None:
+        grads = [p.grad for p in self.params if p.grad is not None]
+        norm = torch.norm(torch.stack([g.norm(p=2) for g in grads]), p=2)
+        scale = self.rho / (norm + 1e-12)
+        for p in self.params:
+            if p.grad is not None:
+                self.e_w[p] = p.grad * scale
+                p.add_(self.e_w[p])
+        self.base.zero_grad()
+
+    @torch.no_grad()
+    def second_step(self) -> None:
+        for p, e_w in self.e_w.items():
+            p.sub_(e_w)
+        self.base.step()
+
+
 def _bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -66,7 +98,7 @@ def _time(fn: Callable[[], None]) -> Tuple[float, float]:
 def bench_model(name: str, batch_size: int, repeats: int, warmup: int) -> Dict[str, float]:
     torch.manual_seed(0)
     model = timm.create_model(name, num_classes=1000)
-    models = [model] + [copy.deepcopy(model) for _ in range(2)]  # one model + task per optimizer
+    models = [model] + [copy.deepcopy(model) for _ in range(3)]  # one model + task per optimizer
     tasks = [ClassificationTask(m.train(), nn.CrossEntropyLoss(), verbose=False) for m in models]
     size = model.pretrained_cfg['input_size']
     x = torch.randn(batch_size, *size)
@@ -74,8 +106,11 @@ def bench_model(name: str, batch_size: int, repeats: int, warmup: int) -> Dict[s
     kw = dict(lr=1e-4, weight_decay=0.05, foreach=True)
     adamw = create_optimizer_v2(models[0], 'adamw', **kw)
     sam = create_optimizer_v2(models[1], 'samadamw', rho=0.05, **kw)
+    replay_timm_task(sam, tasks[1])  # sam.step() without a closure replays tasks[1]'s call at w + e
     loop_base = create_optimizer_v2(models[2], 'adamw', **kw)
     loop = LoopSAM(models[2], loop_base)
+    davda_base = create_optimizer_v2(models[3], 'adamw', **kw)
+    davda = Davda54SAM(models[3], davda_base)
 
     def base_step():
         tasks[0](x, y)['loss'].backward()
@@ -94,7 +129,14 @@ def bench_model(name: str, batch_size: int, repeats: int, warmup: int) -> Dict[s
         loop.second_step()
         loop_base.zero_grad()
 
-    steps = {'adamw': base_step, 'sam': sam_step, 'loop_sam': loop_step}
+    def davda_step():
+        tasks[3](x, y)['loss'].backward()
+        davda.first_step()
+        tasks[3](x, y)['loss'].backward()
+        davda.second_step()
+        davda_base.zero_grad()
+
+    steps = {'adamw': base_step, 'sam': sam_step, 'loop_sam': loop_step, 'davda54': davda_step}
     for fn in steps.values():
         for _ in range(warmup):
             fn()
@@ -113,6 +155,7 @@ def bench_model(name: str, batch_size: int, repeats: int, warmup: int) -> Dict[s
         params_m=sum(p.numel() for p in params) / 1e6,
         adamw_s=med['adamw'], sam_s=med['sam'], loop_s=med['loop_sam'],
         sam_ratio=med['sam'] / med['adamw'], loop_ratio=med['loop_sam'] / med['adamw'],
+        davda_ratio=med['sam'] / med['davda54'], davda_ratio_cpu=med_cpu['sam'] / med_cpu['davda54'],
         sam_ratio_cpu=med_cpu['sam'] / med_cpu['adamw'], loop_ratio_cpu=med_cpu['loop_sam'] / med_cpu['adamw'],
         sam_extra_mem=extra / _bytes(params),
     )
@@ -129,13 +172,13 @@ def main() -> None:
           f'batch {args.batch_size}, median of {args.repeats} interleaved repeats (wall-clock and process CPU time)')
     header = (f'{"model":<24}{"params(M)":>10}{"AdamW s":>10}{"SAM s":>9}{"SAM/AdamW":>11}'
               f'{"loop-SAM/AdamW":>16}{"CPU-time SAM/AdamW":>20}{"CPU-time loop/AdamW":>21}'
-              f'{"SAM extra mem/params":>22}')
+              f'{"SAM extra mem/params":>22}{"SAM/davda54":>13}{"CPU-time SAM/davda54":>22}')
     print(header)
     for name in args.models:
         r = bench_model(name, args.batch_size, args.repeats, args.warmup)
         print(f'{name:<24}{r["params_m"]:>10.1f}{r["adamw_s"]:>10.3f}{r["sam_s"]:>9.3f}{r["sam_ratio"]:>11.3f}'
               f'{r["loop_ratio"]:>16.3f}{r["sam_ratio_cpu"]:>20.3f}{r["loop_ratio_cpu"]:>21.3f}'
-              f'{r["sam_extra_mem"]:>22.3f}')
+              f'{r["sam_extra_mem"]:>22.3f}{r["davda_ratio"]:>13.3f}{r["davda_ratio_cpu"]:>22.3f}')
 
 
 if __name__ == '__main__':

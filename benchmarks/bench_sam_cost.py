@@ -1,7 +1,8 @@
 """Cost per training step of the SAM family next to the base optimizer, side by side in one run.
 
 A training step is what timm's train.py does per update through the task API (the route SAM replays):
-``task(x, y)['loss'].backward(); optimizer.step(); optimizer.zero_grad()``. Each optimizer gets its own
+``task(x, y)['loss'].backward(); optimizer.step(); optimizer.zero_grad()``, each SAM opted in once with
+``replay_timm_task(optimizer, task)`` (train.py's hooks do it there). Each optimizer gets its own
 copy of the model and task; the time of a block of ``--period`` steps (one interval / LookSAM period)
 is measured for each in turn (interleaved repeats, median) and divided by the period, so a run with a
 SAM step every k-th update is charged its average step.
@@ -29,6 +30,7 @@ from timm.optim import create_optimizer_v2
 from timm.task import ClassificationTask
 
 import timm_ext  # noqa: F401  (registers samadamw, gsamadamw, looksamadamw)
+from timm_ext.optim import SAM, replay_timm_task
 
 TARGET = 1.25  # interval-5 SAM and LookSAM-5 per step, relative to the base optimizer
 
@@ -64,6 +66,8 @@ def bench(name: str, batch_size: int, period: int, repeats: int, warmup: int) ->
         m = copy.deepcopy(model).train()
         task = ClassificationTask(m, nn.CrossEntropyLoss(), verbose=False)
         opt = create_optimizer_v2(m, opt_name, lr=1e-4, weight_decay=0.05, foreach=True, **kwargs)
+        if isinstance(opt, SAM):  # SAM, GSAM, LookSAM: step() without a closure replays the task's call at w + e
+            replay_timm_task(opt, task)
         keep.append((m, task, opt))
 
         def block(task=task, opt=opt) -> None:

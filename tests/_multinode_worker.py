@@ -1,8 +1,9 @@
 """One worker of tests/test_multinode_sam.py, started by torchrun (``python -m torch.distributed.run``).
 
 Trains a seeded MLP with ``samsgd`` through timm's ``ClassificationTask`` wrapped in DDP (gloo, CPU), the way
-timm's train.py drives it (task, optimizer from ``create_optimizer_v2``, ``loss.backward()``, ``step()``),
-once without and once with ``m_sharpness``, each process on its half of every batch (by its global rank).
+timm's train.py drives it (task, optimizer from ``create_optimizer_v2``, ``replay_timm_task``, ``loss.backward()``,
+``step()``), once without and once with ``m_sharpness``, each process on its half of every batch (by its global
+rank).
 Writes ``worker-<pid>.pid`` at once (so the test can kill it), then ``rank<RANK>.pt``: the final flat
 parameters of each run and the environment torchrun gave it.
 The test imports :func:`train` to run the same loop in one process on the whole batch.
@@ -24,6 +25,7 @@ from timm.optim import create_optimizer_v2
 from timm.task import ClassificationTask
 
 import timm_ext  # noqa: F401  (registers samsgd with timm's optimizer factory, as train.py's --device-modules)
+from timm_ext.optim import replay_timm_task
 
 BATCH = 16  # the global batch of every step: 8 images on each of two processes
 STEPS = 3
@@ -41,6 +43,7 @@ def train(m_sharpness: Optional[int], rank: int = 0, world_size: int = 1) -> tor
     optimizer = create_optimizer_v2(model, 'samsgd', lr=0.5, momentum=0.9, rho=0.3, m_sharpness=m_sharpness)
     if world_size > 1:
         task.prepare_distributed(device_ids=None)  # CPU: no device_ids (train.py passes them, so cannot run here)
+    replay_timm_task(optimizer, task)  # train.py's hooks do this for it; a loop of its own calls it once
     for step in range(STEPS):
         x, y = batch(BATCH, seed=10 + step)
         rows = slice(rank * BATCH // world_size, (rank + 1) * BATCH // world_size)

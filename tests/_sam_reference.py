@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from timm.task import ClassificationTask
 from timm.utils import NativeScaler
 
+from timm_ext.optim import replay_timm_task
+
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
 
@@ -80,8 +82,12 @@ def closure(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
 def drive(model: nn.Module, opt: torch.optim.Optimizer, data: Sequence[Batch], route: str,
           make_closure: Optional[Callable] = None) -> None:
     """Train on ``data`` through one route: ``closure`` (``step(closure)``), ``explicit`` (first/second step
-    when a SAM step is due, else a plain ``step()``) or ``task`` (timm's train.py: task backward, ``step()``)."""
+    when a SAM step is due, else a plain ``step()``) or ``task`` (timm's train.py: task backward, ``step()``).
+    The task route opts in with ``replay_timm_task(opt)`` before building its task, as train.py's hooks do: the
+    replay takes that task at its first call."""
     make_closure = make_closure or closure
+    if route == 'task':
+        replay_timm_task(opt)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     for x, y in data:
         if route == 'closure':
@@ -103,7 +109,9 @@ def drive(model: nn.Module, opt: torch.optim.Optimizer, data: Sequence[Batch], r
 def train_py_fp16(model: nn.Module, opt: torch.optim.Optimizer, data: Sequence[Batch],
                   clip_grad: Optional[float] = None) -> Tuple[ClassificationTask, NativeScaler]:
     """timm's train.py fp16 route: the task's loss through ``NativeScaler(loss, optimizer)`` (which calls
-    ``GradScaler.step``), on a CPU GradScaler starting at 2 ** 10 so that tests can read its scale back."""
+    ``GradScaler.step``), on a CPU GradScaler starting at 2 ** 10 so that tests can read its scale back. As in
+    :func:`drive`, it opts in with ``replay_timm_task(opt)`` before building its task."""
+    replay_timm_task(opt)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     scaler = NativeScaler(device='cpu')
     scaler._scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 10)

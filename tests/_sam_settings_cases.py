@@ -18,7 +18,7 @@ BAD: List[Tuple[str, Dict[str, Any]]] = [
     ('samadamw', {'m_sharpness': 0}),
     ('asamsgd', {'rho': -0.5}),
     ('sam', {'base': 'adamx'}),
-    ('sam', {'rho': 0.1}),  # no base at all
+    ('sam', {'base': None, 'rho': 0.1}),  # a base given as nothing (no base at all builds around sgd)
     ('gsamadamw', {'rho_max': -0.1}),
     ('gsamadamw', {'rho_min': -0.1}),
     ('gsamadamw', {'rho_min': 0.1}),  # above the default rho_max 0.04
@@ -47,6 +47,8 @@ GOOD: List[Tuple[str, Dict[str, Any]]] = [
                   'm_sharpness': 4}),
     ('asamsgd', {'rho': 2.0, 'adaptive': 1}),
     ('sam', {'base': 'cadamw', 'rho': 0}),
+    ('sam', {'rho': 0.1}),  # no base: adamw (DEFAULT_BASE)
+    ('gsam', {'rho_max': 0.1}),
     ('gsamadamw', {'rho_max': 0.1, 'rho_min': 0.0, 'alpha': 0.0, 'lr_max': 1.0, 'lr_min': 0.0, 'clip_grad': None,
                    'clip_mode': 'value', 'interval': 3, 'm_sharpness': None}),
     ('looksamadamw', {'rho': 0.05, 'alpha': 0.0, 'interval': 1, 'adaptive': False, 'eta': 0.5}),

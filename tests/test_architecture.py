@@ -189,3 +189,61 @@ def test_no_private_name_is_imported_from_another_module():
                               or (path.parent / f'{node.module}.py').exists()):
                     private.append(f'{path.relative_to(ROOT)}:{node.lineno} from {node.module} import {names}')
     assert private == []
+
+
+# issue 37: SAM's core is one small file that knows no training framework and reads no caller's frame
+SAM_CORE = ('timm_ext.optim.sam', 'timm_ext.optim.gsam', 'timm_ext.optim.looksam')
+FRAMEWORKS = ('lightning', 'pytorch_lightning', 'accelerate', 'transformers', 'deepspeed', 'timm.task')
+FRAME_READS = ('_getframe', 'currentframe', 'f_back', 'f_locals', 'inspect.stack')
+
+
+def _external_imports(path: Path) -> Set[str]:
+    """Every absolute module name a file imports, at any depth (lazy imports included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+    return names
+
+
+def _import_closure(starts) -> Set[str]:
+    """The package modules ``starts`` import, transitively (their parent packages' __init__ left out)."""
+    package = _package_modules()
+    seen, todo = set(), list(starts)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        todo.extend(t for t, _ in _imports(package[module], module, package) if t != module)
+    return seen
+
+
+def test_sam_core_is_one_small_file_importing_a_handful_of_modules():
+    path = ROOT / 'timm_ext' / 'optim' / 'sam.py'
+    package = _package_modules()
+    direct = {t for t, _ in _imports(path, 'timm_ext.optim.sam', package)}
+    assert len(path.read_text().splitlines()) <= 300
+    assert len(direct) <= 6, sorted(direct)
+
+
+def test_sam_core_knows_no_framework_and_reads_no_frame():
+    closure = _import_closure(SAM_CORE)
+    package = _package_modules()
+    assert 'timm_ext.optim.sam_step' not in closure and 'timm_ext.optim.task_recorder' not in closure  # drivers above
+    for module in sorted(closure):
+        imported = _external_imports(package[module])
+        framework = [m for m in imported if any(m == f or m.startswith(f + '.') for f in FRAMEWORKS)]
+        assert not framework, f'{module} imports {framework}'
+        source = package[module].read_text()
+        assert not [r for r in FRAME_READS if r in source], f'{module} reads a caller\'s frame'
+
+
+def test_the_closure_finder_sees_frameworks_and_frame_reads():
+    """The two checks above can fail: the framework adapters are caught by them."""
+    package = _package_modules()
+    assert 'sys._getframe' in package['timm_ext.integrations.accelerate'].read_text()
+    closure = _import_closure(['timm_ext.integrations.lightning'])
+    assert 'timm_ext.optim.framework_checks' in closure

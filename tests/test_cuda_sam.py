@@ -13,7 +13,7 @@ from timm.models.vision_transformer import VisionTransformer
 from timm.task import ClassificationTask
 from timm.utils import NativeScaler
 
-from timm_ext.optim import GSAM, SAM, LookSAM
+from timm_ext.optim import GSAM, SAM, LookSAM, replay_timm_task
 from timm_ext.optim.torch_compat import autocast_state
 
 pytestmark = [pytest.mark.cuda, pytest.mark.filterwarnings('ignore:SAM does not know the model')]
@@ -77,6 +77,7 @@ def test_both_passes_draw_the_same_dropout_and_drop_path_masks(device, adaptive)
     ours = copy.deepcopy(model)
     opt = SAM(torch.optim.SGD(ours.parameters(), lr=0.1), rho=0.3, adaptive=adaptive, model=ours)
     task = ClassificationTask(ours, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     manual_seed(device, 123)
     for x, y in batches:
         task(x, y)['loss'].backward()
@@ -121,6 +122,7 @@ def test_every_variant_replays_each_pass_with_its_masks(device, variant):
     model = nn.Sequential(nn.Linear(6, 16), probe, nn.GELU(), nn.Linear(16, 3)).to(device)
     opt = _VARIANTS[variant](torch.optim.SGD(model.parameters(), lr=0.1), model)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     manual_seed(device, 123)
     per_step = []
     for s in range(4):
@@ -185,6 +187,7 @@ def _amp_run(device, dtype, scale=None, inf_at=None, steps=2):
 
     task = ClassificationTask(model, criterion, verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.2, model=model)
+    replay_timm_task(opt, task)
     scaler = None
     if scale is not None:
         scaler = NativeScaler(device=device.type)
@@ -250,6 +253,7 @@ def _ddp_worker(rank, world_size, port):
         task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False).prepare_distributed(
             device_ids=[device.index or 0] if device.type == 'cuda' else None)
         opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho=0.2, model=model)
+        replay_timm_task(opt, task)  # the DDP-wrapped task prepare_distributed returned
         for _ in range(2):
             task(x.chunk(2)[rank], y.chunk(2)[rank])['loss'].backward()
             opt.step()

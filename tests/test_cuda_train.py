@@ -107,7 +107,7 @@ def test_train_py_sam_amp_channels_last_compile_resume_and_validate(family_runs,
     if name not in folders:
         pytest.skip(f'{name}: on CUDA only; the CPU run of these bodies trains {" and ".join(ON_CPU)}')
     log = (root / f'{name}.run.log').read_text()
-    assert 'Created SAM (samadamw) optimizer' in log
+    assert 'Created SAMAdamW (samadamw) optimizer' in log
     if device.type == 'cuda':
         assert 'Compiling task components with backend=inductor' in log
     run = _summary(folders[name] / 'run' / 'summary.csv')

@@ -11,20 +11,20 @@ import torch.nn.functional as F
 from _sam_reference import at as _at
 from _sam_reference import batch as _batch
 from _sam_reference import closure as _closure
-from _sam_reference import drive as _drive
+from _sam_reference import drive, sgd_reference, train_py_fp16
 from _sam_reference import flat as _flat
 from _sam_reference import grad as _grad
 from _sam_reference import mlp as _mlp
-from _sam_reference import sgd_reference
-from _sam_reference import train_py_fp16 as _train_py_fp16
 from timm.optim import create_optimizer_v2, get_optimizer_class, list_optimizers
 from timm.scheduler import CosineLRScheduler
 from timm.task import ClassificationTask
 
-from timm_ext.optim import GSAM, SAM, SAM_BASES
+from timm_ext.optim import GSAM, SAM, SAM_BASES, replay_timm_task
 
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
 _needs_cpu_grad_scaler = pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
+
+
 
 
 def _gsam_direction(model, x, y, rho, alpha):
@@ -51,7 +51,7 @@ def test_one_step_matches_the_paper_update_with_rho_from_the_lr(route):
     model = copy.deepcopy(base)
     opt = GSAM(torch.optim.SGD(model.parameters(), lr=0.3), rho_max=0.6, rho_min=0.2, alpha=0.5, lr_max=0.5, lr_min=0.1)
     assert opt.current_rho() == pytest.approx(0.4)
-    _drive(model, opt, batch, route)
+    drive(model, opt, batch, route)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
     sam_like = _flat(base.parameters()).detach() - 0.3 * h
     assert (expected - sam_like).abs().max() > 1e-4  # alpha really changes the step
@@ -64,7 +64,7 @@ def test_several_steps_with_momentum_match_reference():
     model = copy.deepcopy(base)
     opt = GSAM(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho_max=0.3, rho_min=0.1, alpha=0.4)
     assert opt.settings.lr_max == 0.2 and opt.current_rho() == pytest.approx(0.3)  # lr_max = the initial lr
-    _drive(model, opt, batches, 'task')
+    drive(model, opt, batches, 'task')
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
 
 
@@ -76,6 +76,7 @@ def test_rho_follows_a_timm_schedule_and_layer_decay():
     sched = CosineLRScheduler(opt, t_initial=10, lr_min=0.01, warmup_t=2, warmup_lr_init=0.04)
     x, y = _batch()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     for epoch in range(10):
         sched.step(epoch)
         lr = opt.param_groups[1]['lr']
@@ -94,7 +95,7 @@ def test_rho_max_equal_rho_min_and_alpha_zero_is_sam():
     for cls, kw in ((SAM, dict(rho=0.2)), (GSAM, dict(rho_max=0.2, rho_min=0.2, alpha=0.0))):
         model = _mlp(bn=True)
         opt = cls(torch.optim.AdamW(model.parameters(), lr=0.01), model=model, **kw)
-        _drive(model, opt, batches, 'task')
+        drive(model, opt, batches, 'task')
         results.append(model.state_dict())
     for k in results[0]:
         assert torch.equal(results[0][k], results[1][k]), k
@@ -107,6 +108,7 @@ def test_gradient_accumulation_is_gsam_over_the_window():
     model = copy.deepcopy(base)
     opt = GSAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho_max=0.3, rho_min=0.0, alpha=0.5)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     for xs, ys in zip(x.chunk(2), y.chunk(2)):
         (task(xs, ys)['loss'] / 2).backward()
     opt.step()
@@ -134,7 +136,7 @@ def test_fp16_grad_scaler_routes_match_reference(route):
             scaler.update()
         assert scaler.get_scale() == 2.0 ** 10
     else:  # train.py: NativeScaler(loss, optimizer) -> GradScaler.step(gsam)
-        _train_py_fp16(model, opt, batches)
+        train_py_fp16(model, opt, batches)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
 
 
@@ -142,8 +144,11 @@ def test_state_dict_resume_is_bit_identical_and_keeps_gsam_settings():
     batches = [_batch(seed=s) for s in range(6)]
 
     def make(model):
-        return GSAM(torch.optim.AdamW(model.parameters(), lr=0.02), rho_max=0.3, rho_min=0.05, alpha=0.4, lr_min=0.001,
-                    interval=2), ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+        opt = GSAM(torch.optim.AdamW(model.parameters(), lr=0.02), rho_max=0.3, rho_min=0.05, alpha=0.4, lr_min=0.001,
+                   interval=2)
+        task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+        replay_timm_task(opt, task)
+        return opt, task
 
     def run(model, opt, task, part, start=0):
         for i, (x, y) in enumerate(part, start):
@@ -170,7 +175,9 @@ def test_state_dict_resume_is_bit_identical_and_keeps_gsam_settings():
     s = opt2.settings
     assert (s.rho_max, s.rho_min, s.alpha, s.lr_min, s.interval, opt2.state_dict()['sam']['step']) == \
         (0.3, 0.05, 0.4, 0.001, 2, 3)
-    run(resumed, opt2, ClassificationTask(resumed, nn.CrossEntropyLoss(), verbose=False), batches[3:], 3)
+    task2 = ClassificationTask(resumed, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt2, task2)
+    run(resumed, opt2, task2, batches[3:], 3)
     for k, v in uninterrupted.items():
         assert torch.equal(v, resumed.state_dict()[k]), k
 

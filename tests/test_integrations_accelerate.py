@@ -22,8 +22,12 @@ from timm.optim import create_optimizer_v2  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import timm_ext  # noqa: E402, F401  (registers samadamw)
-from timm_ext.optim import accelerate_checks  # noqa: E402
-from timm_ext.optim.accelerate_checks import ACCELERATE_ACCUMULATION, ACCELERATE_FP16, accelerate_problem  # noqa: E402
+from timm_ext.integrations.accelerate import (  # noqa: E402
+    ACCELERATE_ACCUMULATION,
+    ACCELERATE_FP16,
+    accelerate_problem,
+)
+from timm_ext.optim import framework_checks  # noqa: E402
 
 LR, RHO = 1e-2, 0.05
 DATA = batches(4)  # 4 global batches of 8: one SAM update each
@@ -168,7 +172,9 @@ def test_accumulation_closure_loop_is_refused_before_the_first_update():
 
 def test_accumulation_closure_loop_unrefused_is_sam_on_the_last_micro_batch(monkeypatch):
     """Why the refusal: without it the update is silently SAM on each window's last micro-batch."""
-    monkeypatch.setattr(accelerate_checks, 'accelerate_problem', lambda closure, optimizer: None)
+    assert accelerate_problem in framework_checks._closure_checks  # registered when Accelerate was imported
+    monkeypatch.setattr(framework_checks, '_closure_checks',
+                        [check for check in framework_checks._closure_checks if check is not accelerate_problem])
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
     model = mlp()
     model, optimizer, loader = accelerator.prepare(model, _sam(model), _loader(4))

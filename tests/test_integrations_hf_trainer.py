@@ -203,9 +203,12 @@ def _plain_trainer_error(tmp_path) -> str:
 
 
 def test_plain_trainer_with_sam_is_refused(tmp_path):
-    """A plain Trainer calls SAM's step() without a closure: SAM finds nothing to replay and refuses in one line."""
+    """A plain Trainer calls SAM's step() without a closure: no training task is attached (replay_timm_task), so
+    SAM has nothing to replay and refuses in one line."""
     message = _plain_trainer_error(tmp_path)
-    assert message.startswith('SAM.step() without a closure can only re-evaluate the loss inside timm\'s train.py')
+    assert message.startswith('SAM.step() without a closure can only re-evaluate the loss by replaying a timm '
+                              'training task, and none was attached to this optimizer')
+    assert 'replay_timm_task' in message
     assert '\n' not in message
 
 

@@ -4,8 +4,8 @@
 (training_step, zero_grad, backward, then its gradient clipping). Each supported setting is checked against an
 independent reference, a hand-written closure loop on the same batches (or, for the plain case, SAM written
 out in torch on flat vectors), with the max |diff| asserted; each setting SAM cannot make exact is refused in
-one line before any weight moves (``timm_ext/optim/lightning_checks.py``), accumulation with the manual-optimization
-pattern that replaces it. Tiny MLP, CPU, a few steps each.
+one line before any weight moves (``timm_ext/integrations/lightning.py``, imported by ``timm_ext``'s autoload when
+Lightning is), accumulation with the manual-optimization pattern that replaces it. Tiny MLP, CPU, a few steps each.
 """
 import functools
 import logging
@@ -24,7 +24,7 @@ from timm.optim import create_optimizer_v2  # noqa: E402
 from timm.scheduler import StepLRScheduler  # noqa: E402
 
 import timm_ext  # noqa: E402, F401  (registers samadamw, ...)
-from timm_ext.optim.lightning_checks import (  # noqa: E402
+from timm_ext.integrations.lightning import (  # noqa: E402
     ACCUMULATE,
     CLIP_VALUE,
     CLIP_VARIANT,

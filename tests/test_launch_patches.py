@@ -416,7 +416,7 @@ def test_sam_in_patched_train_py_under_its_timm(tmp_path, tag):
     assert proc.returncode == 0, log[-6000:]
     version = subprocess.run([str(python), '-c', 'import timm; print(timm.__version__)'],
                              env=env, cwd=tmp_path, capture_output=True, text=True).stdout.strip()
-    assert version == tag[1:] and 'Created SAM (samsgd) optimizer' in log, log[-3000:]
+    assert version == tag[1:] and 'Created SAMSGD (samsgd) optimizer' in log, log[-3000:]
     if not hasattr(torch.serialization, 'safe_globals'):  # torch < 2.5
         torch.serialization.add_safe_globals([argparse.Namespace])
     safe = getattr(torch.serialization, 'safe_globals', lambda _: contextlib.nullcontext())

@@ -49,6 +49,48 @@ def test_only_timms_train_py_is_hooked():
     assert is_train_py(train)
 
 
+# A script standing for timm's train.py: main and train_one_epoch defined, timm_ext imported inside main() (as
+# train.py's --device-modules timm_ext does); it builds a SAM through timm's factory and prints what it got.
+_FAKE_TRAIN_PY = """
+import sys
+
+
+def train_one_epoch():
+    pass
+
+
+def main():
+    import timm_ext  # noqa: F401  (train_py_hooks are installed when __main__ is timm's train.py)
+    import torch
+    from timm.optim import create_optimizer_v2
+    from timm_ext.optim import task_finder
+    from timm_ext.optim.task_recorder import RecorderState
+
+    model = torch.nn.Linear(4, 2)
+    sam = create_optimizer_v2(model, 'samadamw', lr=1e-3)
+    state = sam.replay.state is RecorderState.WAITING if sam.replay is not None else None
+    print(sam.replay is not None, state, task_finder.is_watching())
+
+
+if __name__ == '__main__':
+    main()
+"""
+
+
+@pytest.mark.parametrize('script, expected', [
+    ('train.py', 'True True True'),  # opted in: replay_timm_task(sam) waits for train.py's task
+    ('my_loop.py', 'False None False'),  # elsewhere nothing is opted in: sam.replay stays None
+])
+def test_sam_from_the_factory_replays_the_task_only_in_train_py(tmp_path, script, expected):
+    path = tmp_path / script
+    path.write_text(_FAKE_TRAIN_PY)
+    env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS='1',
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get('PYTHONPATH', '')]))
+    done = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == expected
+
+
 def test_summary_is_continued_not_given_a_second_header(tmp_path):
     from timm.utils.summary import update_summary
 

@@ -10,19 +10,20 @@ import torch.nn.functional as F
 from _sam_reference import at as _at
 from _sam_reference import batches as _batches
 from _sam_reference import closure as _closure
-from _sam_reference import drive as _drive
+from _sam_reference import drive, sgd_reference, train_py_fp16
 from _sam_reference import flat as _flat
 from _sam_reference import grad as _grad
 from _sam_reference import mlp as _mlp
-from _sam_reference import sgd_reference
-from _sam_reference import train_py_fp16 as _train_py_fp16
 from timm.optim import create_optimizer_v2, get_optimizer_class, list_optimizers
 from timm.task import ClassificationTask
 from timm.utils import NativeScaler
 
-from timm_ext.optim import SAM_BASES, LookSAM
+from timm_ext.optim import SAM_BASES, LookSAM, replay_timm_task
+from timm_ext.optim.looksam import GV_KEY
 
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
+
+
 
 
 def _reference(model, batches, k, rho, alpha, lr, momentum=0.9):
@@ -53,7 +54,7 @@ def test_matches_algorithm_1_over_two_sam_periods(route):
     opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho=0.3, alpha=0.7, interval=3)
     forwards = []
     model.register_forward_hook(lambda m, i, o: forwards.append(1))
-    _drive(model, opt, batches, route)
+    drive(model, opt, batches, route)
     assert len(forwards) == 2 + 1 + 1 + 2 + 1  # the replay (second pass) only on the SAM steps 0 and 3
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
     assert (expected - no_reuse).abs().max() > 1e-4  # the reuse of g_v really moves the reuse steps
@@ -67,7 +68,7 @@ def test_fp16_train_py_route_matches_reference_and_skips_an_overflowed_reuse_ste
     expected = _reference(base, batches, k=2, rho=0.3, alpha=0.5, lr=0.2)
     model = copy.deepcopy(base)
     opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho=0.3, alpha=0.5, interval=2)
-    task, scaler = _train_py_fp16(model, opt, batches)
+    task, scaler = train_py_fp16(model, opt, batches)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
     assert scaler._scaler.get_scale() == 2.0 ** 10
     w = [p.detach().clone() for p in model.parameters()]
@@ -90,6 +91,7 @@ def test_fp16_overflow_in_a_sam_steps_second_pass_keeps_the_previous_g_v():
 
     opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.2), rho=0.3, alpha=0.5, interval=2)
     task = ClassificationTask(model, criterion, verbose=False)
+    replay_timm_task(opt, task)
     scaler = NativeScaler(device='cpu')
     scaler._scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 10)
     batches = _batches(4)
@@ -118,11 +120,11 @@ def test_state_dict_keeps_g_v_so_a_resumed_reuse_step_is_identical():
         return LookSAM(torch.optim.AdamW(model.parameters(), lr=0.02), rho=0.2, alpha=0.6, interval=3)
 
     model = _mlp(bn=True)
-    _drive(model, make(model), batches, 'task')
+    drive(model, make(model), batches, 'task')
     uninterrupted = copy.deepcopy(model.state_dict())
     model = _mlp(bn=True)
     opt = make(model)
-    _drive(model, opt, batches[:4], 'task')  # steps 0..3: the next one (4) reuses g_v from step 3
+    drive(model, opt, batches[:4], 'task')  # steps 0..3: the next one (4) reuses g_v from step 3
     sd = copy.deepcopy(opt.state_dict())
     assert sd['sam']['step'] == 4 and sd['sam']['alpha'] == 0.6
     assert [sorted(s) for s in sd['state'].values()] == [['exp_avg', 'exp_avg_sq', 'looksam_gv', 'step']] * 6
@@ -131,7 +133,7 @@ def test_state_dict_keeps_g_v_so_a_resumed_reuse_step_is_identical():
     opt2 = LookSAM(torch.optim.AdamW(resumed.parameters(), lr=0.02), rho=0.2)
     opt2.load_state_dict(sd)
     assert opt2.settings.interval == 3 and not opt2.sam_step_due
-    _drive(resumed, opt2, batches[4:], 'task')
+    drive(resumed, opt2, batches[4:], 'task')
     for k, v in uninterrupted.items():
         assert torch.equal(v, resumed.state_dict()[k]), k
 
@@ -195,3 +197,23 @@ def test_matches_pytorch_optimizer_looksam_on_a_single_tensor():
             opt.zero_grad()
         results.append(_flat(model.parameters()).detach())
     torch.testing.assert_close(results[0], results[1])
+
+
+def test_a_direction_below_rounding_error_is_not_reused():
+    """||w||^2: the gradient at w + e is parallel to g, so g_v = g_s - proj_g(g_s) is float32 rounding noise (norm
+    ~1e-7 of g_s); LookSAM keeps zero instead of scaling that noise up to alpha ||g|| on the reuse steps (timm's
+    test_optim.py caught it as a direction diverging from float64's)."""
+    w = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 64))
+    opt = LookSAM(torch.optim.SGD([w], lr=0.1), rho=0.05, alpha=0.7, interval=2)
+
+    def closure():
+        opt.zero_grad()
+        loss = (w ** 2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)  # the SAM step: g_v kept
+    assert torch.count_nonzero(opt.state[w][GV_KEY]) == 0
+    before = w.detach().clone()
+    opt.step(closure)  # a reuse step: plain SGD on g = 2 w
+    torch.testing.assert_close(w.detach(), before - 0.1 * 2 * before, rtol=0, atol=0)

@@ -8,17 +8,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 from _sam_reference import at as _at
 from _sam_reference import batch as _batch
-from _sam_reference import drive as _drive
+from _sam_reference import drive, sgd_reference, spawn_gloo
 from _sam_reference import flat as _flat
 from _sam_reference import grad as _grad
 from _sam_reference import mlp as _mlp
-from _sam_reference import sgd_reference, spawn_gloo
 from timm.models.vision_transformer import VisionTransformer
 from timm.task import ClassificationTask
 
-from timm_ext.optim import GSAM, SAM
+from timm_ext.optim import GSAM, SAM, replay_timm_task
 
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
+
 
 
 def _reference(model, batches, m, rho, lr, momentum=0.9, alpha=None):
@@ -61,7 +61,7 @@ def test_sam_m_sharpness_matches_per_chunk_reference(route):
     plain = _reference(base, _BATCHES, m=8, rho=0.3, lr=0.5)
     model = copy.deepcopy(base)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho=0.3, m_sharpness=2)
-    _drive(model, opt, _BATCHES, route, make_closure=_chunk_closure)
+    drive(model, opt, _BATCHES, route, make_closure=_chunk_closure)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
     assert (expected - plain).abs().max() > 1e-4  # per-chunk perturbation really differs from one for the batch
 
@@ -84,6 +84,7 @@ def test_gradient_accumulation_chunks_every_micro_batch():
     model = copy.deepcopy(base)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho=0.3, m_sharpness=2)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     for xs, ys in zip(x.chunk(2), y.chunk(2)):  # train.py --grad-accum-steps 2
         (task(xs, ys)['loss'] / 2).backward()
     opt.step()
@@ -97,6 +98,7 @@ def test_m_equal_to_the_batch_reuses_train_py_gradient():
     model = copy.deepcopy(base)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho=0.3, m_sharpness=8)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     sizes = []
     model.register_forward_hook(lambda mod, i, o: sizes.append(i[0].shape[0]))
     task(*_BATCHES[0])['loss'].backward()
@@ -112,7 +114,7 @@ def test_gsam_m_sharpness_decomposes_per_chunk(route):
     model = copy.deepcopy(base)
     opt = GSAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho_max=0.3, rho_min=0.3, alpha=0.5,
                m_sharpness=4)
-    _drive(model, opt, _BATCHES, route, make_closure=_chunk_closure)
+    drive(model, opt, _BATCHES, route, make_closure=_chunk_closure)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
 
 
@@ -123,6 +125,7 @@ def test_buffers_keep_train_py_first_pass_values():
     ref(x)  # train.py's one forward at w over the whole batch
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5), rho=0.3, m_sharpness=2, model=model)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     task(x, y)['loss'].backward()
     opt.step()
     assert model[1].num_batches_tracked.item() == 1
@@ -148,6 +151,7 @@ def test_chunk_masks_task_and_closure_agree_and_the_replay_draws_nothing():
         torch.manual_seed(7)
         if route == 'task':
             task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+            replay_timm_task(opt, task)
             task(x, y)['loss'].backward()
             after_first_pass = torch.get_rng_state()
             opt.step()
@@ -174,6 +178,7 @@ def test_m_not_dividing_the_batch_is_refused_before_anything_changes():
     model = _mlp()
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5), rho=0.3, m_sharpness=3)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     w0 = _flat(model.parameters()).detach().clone()
     task(*_BATCHES[0])['loss'].backward()
     with pytest.raises(ValueError, match=r'm_sharpness=3 must divide the per-worker batch, got a batch of 8 images'):
@@ -226,6 +231,7 @@ def _ddp_worker(rank, world_size, port):
         model = copy.deepcopy(base)
         task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False).prepare_distributed(device_ids=None)
         opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho=0.3, m_sharpness=4)
+        replay_timm_task(opt, task)  # the DDP-wrapped task prepare_distributed returned
         task(x.chunk(2)[rank], y.chunk(2)[rank])['loss'].backward()
         opt.step()
         flat = _flat(model.parameters()).detach()
@@ -235,6 +241,7 @@ def _ddp_worker(rank, world_size, port):
         model = copy.deepcopy(base)
         task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False).prepare_distributed(device_ids=None)
         opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho=0.3, m_sharpness=8)
+        replay_timm_task(opt, task)
         task(x.chunk(2)[rank], y.chunk(2)[rank])['loss'].backward()
         opt.step()
         torch.testing.assert_close(_flat(model.parameters()).detach(), _reference(base, [(x, y)], m=8, rho=0.3, lr=0.5))
@@ -244,6 +251,7 @@ def _ddp_worker(rank, world_size, port):
             task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False).prepare_distributed(device_ids=None)
             opt = GSAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho_max=0.3, rho_min=0.3, alpha=0.5,
                        m_sharpness=m)
+            replay_timm_task(opt, task)
             task(x.chunk(2)[rank], y.chunk(2)[rank])['loss'].backward()
             opt.step()
             expected = _reference(base, [(x, y)], m=chunked, rho=0.3, lr=0.5, alpha=0.5)

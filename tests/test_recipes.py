@@ -29,6 +29,8 @@ TRAIN_PY = Path(os.environ.get(
 _TIMM_VERSION = tuple(int(p) for p in timm.__version__.split('.')[:3] if p.isdigit())
 # the default script is timm v1.0.28's: it imports timm.task names that older timm versions lack
 TRAIN_PY_TOO_NEW = 'TIMM_EXT_TIMM_TRAIN' not in os.environ and _TIMM_VERSION < (1, 0, 28)
+# train.py logs type(optimizer).__name__: for 'samadamw' the class timm's registry holds (the SAM family's)
+CREATED_SAM = 'Created SAMAdamW (samadamw) optimizer'  # timm's registry holds one class per name
 
 # Runs inside train.py: wraps SAM.step on the first call and compares the update with a reference
 # built from deep copies of the model and of the base optimizer (fresh gradients at w and at w + e).
@@ -90,7 +92,7 @@ def step(self, closure=None, grad_scaler=None, no_sync=None):
     if _done or closure is not None:
         return _step(self, closure, grad_scaler, no_sync)
     _done.append(1)
-    task, calls = self.recorder.task, list(self.recorder.calls)
+    task, calls = self.replay.task, list(self.replay.calls)  # train_py_hooks opted SAM in (replay_timm_task)
     # timm >= 1.0.24 names the trainable module; timm 1.0.23's task holds it as .model
     model = task.get_trainable_module() if hasattr(task, 'get_trainable_module') else task.model
     params = [p for g in self.param_groups for p in g['params']]
@@ -228,7 +230,7 @@ def test_sam_runs_in_real_train_py_and_resumes(tmp_path):
     proc = _run_train(tmp_path, probed, '--epochs', '2', '--experiment', 'run', '--lr', '0.05',
                       '--drop', '0.2', '--drop-path', '0.1')
     log = proc.stdout + proc.stderr
-    assert 'Created SAM (samadamw) optimizer' in log
+    assert CREATED_SAM in log
     probe = json.loads((tmp_path / 'probe.json').read_text())
     assert probe['calls'] == 1 and probe['nbt_kept'] and probe['model_known']
     # AdamW's first update is ~lr * sign(g): float-level differences in near-zero gradients flip a few
@@ -248,7 +250,7 @@ def test_sam_runs_in_real_train_py_and_resumes(tmp_path):
                       '--resume', str(run_dir / 'last.pth.tar'), '--amp', '--amp-dtype', 'bfloat16',
                       '--grad-accum-steps', '2', '--model-ema')
     log = proc.stdout + proc.stderr
-    assert 'Created SAM (samadamw) optimizer' in log and 'Restoring optimizer state from checkpoint' in log
+    assert CREATED_SAM in log and 'Restoring optimizer state from checkpoint' in log
     # lr_base 3e-3 at batch 4096, linear: global batch 4 x 1 process x 2 accumulation steps = 8
     assert ('Learning rate (5.859375e-06) calculated from base learning rate (0.003) and effective global '
             'batch size (8) with linear scaling') in log

@@ -7,6 +7,7 @@ import inspect
 import logging
 import math
 import pickle
+import warnings
 import weakref
 
 import pytest
@@ -14,12 +15,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
+from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
-from timm.task import ClassificationTask
+from timm.task import ClassificationTask, TrainingTask
 from timm.utils import ModelEmaV3, NativeScaler, adaptive_clip_grad
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from timm_ext.optim import SAM
+from timm_ext.optim import SAM, replay_timm_task
 from timm_ext.optim.task_finder import is_watching
 from timm_ext.optim.torch_compat import autocast_state
 
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
 _SCALER_ARGUMENT_WARNING = 'ignore:GradScaler is going to stop passing itself:FutureWarning'
 # a GradScaler that runs on CPU (torch.amp.GradScaler('cpu')) arrived in torch 2.3
 _needs_cpu_grad_scaler = pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
+_TASK_CALL = TrainingTask.__call__  # what building a SAM must leave timm's task class with
 
 
 def _mlp(bn: bool = False) -> nn.Module:
@@ -178,6 +181,8 @@ def test_explicit_closure_and_task_replay_agree():
         model = copy.deepcopy(base)
         opt = SAM(torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1), rho=0.2, model=model)
         task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+        if mode == 'task':
+            replay_timm_task(opt, task)
         for _ in range(3):
             if mode == 'explicit':
                 F.cross_entropy(model(x), y).backward()
@@ -202,6 +207,7 @@ def test_task_replay_matches_reference_over_steps():
     ref_model, _ = _reference_sam(model, x, y, rho=0.1, base_cls=torch.optim.AdamW, steps=3, lr=0.01)
     opt = SAM(torch.optim.AdamW(model.parameters(), lr=0.01), rho=0.1)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     for _ in range(3):
         task(x, y)['loss'].backward()
         opt.step()
@@ -216,6 +222,7 @@ def test_gradient_accumulation_is_sam_over_the_whole_window():
     ref_model, _ = _reference_sam(model, x, y, rho=0.2, lr=0.5)  # full batch = mean of 2 halves
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5), rho=0.2)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     for xs, ys in zip(x.chunk(2), y.chunk(2)):  # what train.py does with --grad-accum-steps 2
         (task(xs, ys)['loss'] / 2).backward()
     opt.step()
@@ -280,6 +287,8 @@ def _sam_masks_run(model, batches, rho, lr, mode):
     model = copy.deepcopy(model)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=lr), rho=rho, model=model)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    if mode == 'task':
+        replay_timm_task(opt, task)
     torch.manual_seed(123)
     if next(model.parameters()).device.type == 'cuda':
         torch.cuda.manual_seed(123)
@@ -314,6 +323,7 @@ def test_random_state_after_a_step_is_as_without_the_second_pass():
     model, (x, y) = _dropout_vit(), _image_batches(n=1)[0]
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.3, model=model)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     task(x, y)['loss'].backward()
     after_first_pass = torch.get_rng_state()
     opt.step()
@@ -336,6 +346,8 @@ def test_explicit_steps_in_a_task_loop_hold_no_batch():
     model = _mlp()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    replay_timm_task(opt)  # opted in (as train.py's hooks do): the replay looks for the task
+    assert is_watching()
 
     def step(x, y):
         task(x, y)['loss'].backward()
@@ -353,6 +365,8 @@ def test_stale_sam_superseded_by_a_newer_one_holds_no_batch():
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     stale = SAM(torch.optim.SGD(model.parameters(), lr=0.1))  # created, still referenced, never stepped
     live = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    for opt in (stale, live):  # train.py's hooks opt in every SAM the factory builds
+        replay_timm_task(opt)
 
     def step(x, y):
         task(x, y)['loss'].backward()
@@ -369,6 +383,7 @@ def test_stale_sam_beside_a_plain_optimizer_holds_one_window_at_most():
     model = _mlp()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     stale = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    replay_timm_task(stale)
     plain = torch.optim.SGD(model.parameters(), lr=0.1)
 
     def step(x, y):
@@ -387,6 +402,7 @@ def test_collected_sam_leaves_no_hook_on_the_task():
     model = _mlp()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    replay_timm_task(opt)  # the replay binds to the task at its first call below
     seen = []
     task.register_forward_pre_hook(lambda module, args: seen.append(len(args)))  # the user's own hook
     task(*_batch())['loss'].backward()
@@ -416,6 +432,7 @@ def test_step_hooks_fire_around_every_route():
         opt.step(_closure(model, opt, x, y))
         task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
         opt2 = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+        replay_timm_task(opt2, task)
         opt2.register_step_post_hook(lambda o, args, kwargs: events.append(('post', o)))
         task(x, y)['loss'].backward()
         opt2.step()
@@ -469,7 +486,8 @@ def test_copy_and_pickle_continue_identically(copier):
     assert isinstance(opt2, SAM) and opt2.model is model2 and opt2.base_optimizer is not opt.base_optimizer
     assert all(p is q for p, q in zip(opt2.param_groups[0]['params'], model2.parameters()))
     assert (opt2.settings.clip_grad, opt2.param_groups[0]['rho'], opt2.param_groups[0]['adaptive']) == (1.0, 0.2, True)
-    assert is_watching()  # the copy looks for its own task (the original's capture was closed by its closure)
+    # a copy watches for no task (building or copying a SAM leaves timm's TrainingTask alone): opt in again
+    assert opt2.replay is None and not is_watching() and TrainingTask.__call__ is _TASK_CALL
     model3, opt3 = copy.deepcopy((model, opt))  # deepcopy shares the hook function: a copied hook would fire
     _train_closure_steps(model3, opt3, seed=5)
     assert fired == [opt, opt]  # copies have none of the original's hooks
@@ -500,6 +518,80 @@ def test_unknown_model_warns_once_naming_model_and_set_model():
     assert len(messages) == 1
     assert 'buffers (BatchNorm statistics) are updated by both passes' in messages[0]
     assert 'pass model= to SAM or to create_optimizer_v2' in messages[0] and 'set_model(model)' in messages[0]
+
+
+def _closure_loop(forward, opt, steps=3):
+    for i in range(steps):
+        x, y = _batch(seed=i)
+
+        def closure(x=x, y=y):
+            opt.zero_grad()
+            loss = F.cross_entropy(forward(x), y)
+            loss.backward()
+            return loss
+        opt.step(closure)
+
+
+@pytest.mark.filterwarnings('default:SAM does not know the model')
+def test_unknown_model_warns_only_where_the_closure_may_move_buffers():
+    """No module at all (plain nn.Parameters): no batch norm in the loss's graph, nothing SAM could hold, no
+    warning; a model with BatchNorm that SAM was not given still warns once; the model given to
+    create_optimizer_v2 is SAM's, so nothing to warn about."""
+    torch.manual_seed(0)
+    w, b = nn.Parameter(torch.randn(3, 6) * 0.1), nn.Parameter(torch.zeros(3))
+    opt = SAM(torch.optim.SGD([w, b], lr=0.1), rho=0.1)
+    w0 = w.detach().clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        _closure_loop(lambda x: x @ w.T + b, opt)
+    assert not torch.equal(w, w0) and opt.state_dict()['sam']['step'] == 3  # three SAM steps ran
+
+    model = _mlp(bn=True)
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.1)
+    with pytest.warns(UserWarning) as record:
+        _closure_loop(model, opt)
+    assert len([r for r in record if 'SAM does not know the model' in str(r.message)]) == 1
+
+    model = _mlp(bn=True)
+    opt = create_optimizer_v2(model, 'samsgd', lr=0.1, rho=0.1)
+    assert opt.model is model
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        _closure_loop(model, opt)
+
+
+# ---- replay_timm_task ------------------------------------------------------------------------------
+
+def test_building_a_sam_leaves_timm_alone_and_replay_timm_task_opts_in():
+    model = _mlp()
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.1)
+    assert opt.replay is None and not is_watching() and TrainingTask.__call__ is _TASK_CALL
+    replay_timm_task(opt)  # no task: wait for the first called task that owns the parameters
+    assert is_watching() and TrainingTask.__call__ is not _TASK_CALL
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    task(*_batch())['loss'].backward()
+    assert not is_watching() and TrainingTask.__call__ is _TASK_CALL  # found: the class is restored
+    assert opt.replay.task is task and opt.model is model  # the task's trainable module became SAM's model
+    opt.step()
+
+
+def test_replay_timm_task_refuses_what_it_cannot_replay_in_one_line():
+    model = _mlp()
+    plain = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match=r'^replay_timm_task needs a SAM-family optimizer .*got SGD$') as raised:
+        replay_timm_task(plain)
+    assert '\n' not in str(raised.value)
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.1)
+    other = ClassificationTask(_mlp(), nn.CrossEntropyLoss(), verbose=False)  # over other parameters
+    with pytest.raises(ValueError, match=r"^replay_timm_task: the ClassificationTask's trainable module \(Sequential\) "
+                                         r"holds none of the optimizer's parameters") as raised:
+        replay_timm_task(opt, other)
+    assert '\n' not in str(raised.value)
+    with pytest.raises(ValueError, match=r'^replay_timm_task: task must be a timm.task.TrainingTask .*got str$'):
+        replay_timm_task(opt, 'task')
+    assert opt.replay is None and not is_watching() and opt.model is None  # nothing attached, nothing patched
+    other(*_batch())['loss'].backward()
+    assert not other._forward_pre_hooks  # and no hook left on the refused task
 
 
 # ---- clipping ------------------------------------------------------------------------------------
@@ -559,6 +651,7 @@ def test_agc_leaves_the_classifier_head_out(route):
     else:  # no model given: the task's get_clip_parameters (timm >= 1.0.24) or its module tells the head
         opt = SAM(torch.optim.SGD(model.parameters(), lr=1.0), rho=0.3, clip_grad=0.01, clip_mode='agc')
         task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+        replay_timm_task(opt, task)
         task(x, y)['loss'].backward()
         opt.step()
     for p, p0, g in zip(model.parameters(), w0, expected):
@@ -605,6 +698,7 @@ def test_bf16_autocast_state_is_replayed():
     x, y = _batch()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.1)
+    replay_timm_task(opt, task)
     with torch.autocast('cpu', dtype=torch.bfloat16):
         loss = task(x, y)['loss']
     loss.backward()
@@ -651,6 +745,7 @@ def _scaled_run(scale, steps=2, inf_at=None, train_clip=1.0, sam_clip=0.5, contr
 
     task = ClassificationTask(model, criterion, verbose=False)
     opt = _CONTRACTS[contract](torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.2, clip_grad=sam_clip)
+    replay_timm_task(opt, task)
     passed = []  # what GradScaler.step handed to SAM.step: the scaler itself, or the grad_scale/found_inf attributes
     opt.register_step_pre_hook(lambda o, args, kwargs: passed.append(
         ('argument' if 'grad_scaler' in kwargs else 'attributes' if hasattr(o, 'found_inf') else None)))
@@ -719,7 +814,7 @@ def test_grad_scaler_in_custom_loops(mode):
 @pytest.mark.parametrize('contract', ['argument', 'attributes'])
 @pytest.mark.parametrize('inf_at', [1, 2])  # overflow in the first pass (1) or only in the replay (2)
 def test_grad_scaler_skips_overflow_step_restores_weights_and_backs_off(inf_at, contract):
-    weights, scale, grad_sums, _ = _scaled_run(2.0 ** 12, steps=2, inf_at=inf_at, contract=contract)
+    weights, scale, grad_sums, opt = _scaled_run(2.0 ** 12, steps=2, inf_at=inf_at, contract=contract)
     assert all(torch.equal(p, q) for p, q in zip(weights[0], weights[1]))  # skipped, restored bit-exactly
     assert not all(torch.equal(p, q) for p, q in zip(weights[1], weights[2]))  # next step runs
     if contract == 'attributes' and inf_at == 2:
@@ -727,8 +822,55 @@ def test_grad_scaler_skips_overflow_step_restores_weights_and_backs_off(inf_at, 
         # (train.py unscaled before its clip, so SAM's scale starts at GradScaler's 2 ** 16: the next ratio is
         # 2 ** 15 / 2 ** 12)
         assert scale == 2.0 ** 12 and grad_sums[3] / grad_sums[2] == pytest.approx(2.0 ** 15 / 2.0 ** 12, rel=0.2)
+        second = opt.driver_state['second_pass_scaler']  # a torch GradScaler of SAM's own
+        assert isinstance(second, torch.amp.GradScaler) and second.get_scale() == 2.0 ** 15
     else:
         assert scale == 2.0 ** 11
+
+
+@_needs_cpu_grad_scaler
+@pytest.mark.parametrize('train_clip,start', [(None, 2.0 ** 12), (1.0, 2.0 ** 16)])
+def test_attribute_contract_second_pass_runs_on_a_grad_scaler_of_sams_own(train_clip, start):
+    """Under torch's attribute contract the caller's scaler never sees the second pass, so SAM scales it with a
+    ``torch.amp.GradScaler`` of its own (``driver_state['second_pass_scaler']``): it starts at the first
+    ``grad_scale`` SAM is handed (GradScaler's 2 ** 16 when train.py unscaled before its clip), backs off on a
+    second-pass overflow (the update skipped, the caller's scale kept) and grows after ``growth_interval`` clean
+    steps, as torch's GradScaler does; the updates that run are SAM's, unscaled exactly."""
+    x, y = _batch()
+    torch.manual_seed(0)
+    ref_model, _ = _reference_sam(_mlp(), x, y, rho=0.2, steps=3, lr=0.1, momentum=0.9)
+    torch.manual_seed(0)
+    model = nn.Sequential(_mlp(), _GradProbe())
+    calls = {'n': 0}
+
+    def criterion(out, target):
+        calls['n'] += 1
+        loss = F.cross_entropy(out, target)
+        return loss * float('inf') if calls['n'] == 2 else loss  # the first step's second pass overflows
+
+    task = ClassificationTask(model, criterion, verbose=False)
+    opt = _AttributeContractSAM(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.2)
+    replay_timm_task(opt, task)
+    scaler = NativeScaler(device='cpu')
+    scaler._scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 12)
+    w0 = [p.detach().clone() for p in model.parameters()]
+    second_scales = []
+    for step in range(4):
+        scaler(task(x, y)['loss'], opt, clip_grad=train_clip, parameters=model.parameters())
+        opt.zero_grad()
+        second = opt.driver_state['second_pass_scaler']
+        if step == 0:
+            assert isinstance(second, torch.amp.GradScaler)
+            assert all(torch.equal(p, q) for p, q in zip(w0, model.parameters()))  # skipped, restored at w
+            second.set_growth_interval(2)  # grow after 2 clean steps instead of 2000
+        second_scales.append(second.get_scale())
+    assert second_scales == [start / 2, start / 2, start, start]  # backed off, then grown after 2 clean steps
+    assert scaler._scaler.get_scale() == 2.0 ** 12  # the caller's scaler never saw the overflow
+    # each step's second-pass gradient over its first-pass one (scaled by the caller's 2 ** 12): SAM's scale
+    ratios = [model[1].grad_sums[i + 1] / model[1].grad_sums[i] for i in (2, 4, 6)]
+    assert ratios == pytest.approx([start / 2 / 2.0 ** 12, start / 2 / 2.0 ** 12, start / 2.0 ** 12], rel=0.2)
+    for p, q in zip(ref_model.parameters(), model[0].parameters()):
+        torch.testing.assert_close(p, q)  # the three updates that ran are SAM's
 
 
 # ---- state_dict / resume / schedulers / EMA -------------------------------------------------------
@@ -749,8 +891,10 @@ def test_state_dict_round_trip_and_bit_identical_resume(base_cls, kw):
     init = copy.deepcopy(model.state_dict())
 
     def make(m):
-        return SAM(base_cls(m.parameters(), **kw), rho=0.15, adaptive=True, clip_grad=2.0), \
-            ClassificationTask(m, nn.CrossEntropyLoss(), verbose=False)
+        opt = SAM(base_cls(m.parameters(), **kw), rho=0.15, adaptive=True, clip_grad=2.0)
+        task = ClassificationTask(m, nn.CrossEntropyLoss(), verbose=False)
+        replay_timm_task(opt, task)
+        return opt, task
 
     opt, task = make(model)
     _train(model, opt, task, batches)
@@ -773,7 +917,9 @@ def test_state_dict_round_trip_and_bit_identical_resume(base_cls, kw):
     opt2.load_state_dict(sd)
     assert opt2.param_groups is opt2.base_optimizer.param_groups
     assert opt2.param_groups[0]['rho'] == 0.15 and opt2.settings.clip_grad == 2.0
-    _train(resumed, opt2, ClassificationTask(resumed, nn.CrossEntropyLoss(), verbose=False), batches[3:])
+    task2 = ClassificationTask(resumed, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt2, task2)
+    _train(resumed, opt2, task2, batches[3:])
     for k, v in uninterrupted.items():
         assert torch.equal(v, resumed.state_dict()[k]), k
 
@@ -847,6 +993,7 @@ def test_timm_scheduler_drives_base_lr_and_ema_sees_restored_weights():
     ema = ModelEmaV3(model, decay=0.5)
     ema_ref = [p.detach().clone() for p in model.parameters()]
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     task(x, y)['loss'].backward()
     opt.step()
     ema.update(model)
@@ -855,12 +1002,12 @@ def test_timm_scheduler_drives_base_lr_and_ema_sees_restored_weights():
 
 
 def test_torch_lr_scheduler_sees_the_step_without_order_warning():
-    import warnings
     model = _mlp()
     x, y = _batch()
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.1)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         task(x, y)['loss'].backward()
@@ -899,20 +1046,38 @@ def test_bad_group_rho_and_bad_base():
         SAM(_sgd(), lr=0.1)
 
 
-def test_step_without_closure_grads_or_task_says_how_to_use():
-    opt = SAM(_sgd())
-    with pytest.raises(RuntimeError, match=r'no closure, no gradients and no captured training-task call: pass a '
-                                           r'closure \(optimizer.step\(closure\)\), call first_step\(\)'):
-        opt.step()
+_HOW_TO_USE = (r'pass a closure \(optimizer.step\(closure\)\), call first_step\(\) and second_step\(\) .*'
+               r'call timm_ext.optim.replay_timm_task\(optimizer, task\) once in your own loop')
 
 
-def test_auto_replay_outside_task_api_is_an_error_not_a_plain_step():
+@pytest.mark.parametrize('opted_in', [False, True])
+def test_step_without_closure_grads_or_task_is_a_no_op(opted_in):
+    """As for any torch optimizer (and timm's registry-wide property test): no gradient anywhere, nothing stepped,
+    nothing counted; a task that ran without a backward is still an error (below)."""
+    model = _mlp()
+    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    if opted_in:  # replay_timm_task(opt) without a task: still waiting, nothing captured
+        replay_timm_task(opt)
+    before = [p.detach().clone() for p in model.parameters()]
+    assert opt.step() is None
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    assert opt.sam_step_due and not opt.state  # no update counted, no base-optimizer state made
+
+
+@pytest.mark.parametrize('opted_in', [False, True])
+def test_auto_replay_outside_task_api_is_an_error_not_a_plain_step(opted_in):
     model = _mlp()
     x, y = _batch()
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
+    if opted_in:
+        replay_timm_task(opt)
+        said = r"can only re-evaluate the loss inside timm's train.py task API"
+    else:  # no replay attached: the error names replay_timm_task
+        said = r'can only re-evaluate the loss by replaying a timm training task, and none was attached to this ' \
+               r'optimizer: ' + _HOW_TO_USE
     F.cross_entropy(model(x), y).backward()
     w0 = [p.detach().clone() for p in model.parameters()]
-    with pytest.raises(RuntimeError, match=r"can only re-evaluate the loss inside timm's train.py task API"):
+    with pytest.raises(RuntimeError, match=said):
         opt.step()
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), w0))
 
@@ -921,6 +1086,7 @@ def test_step_after_task_call_without_backward():
     model = _mlp()
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)  # held: SAM holds tasks weakly
+    replay_timm_task(opt, task)
     task(*_batch())
     with pytest.raises(RuntimeError, match=r'the training task ran but no gradients exist'):
         opt.step()
@@ -995,6 +1161,7 @@ def _ddp_worker(rank, world_size, port):
         model = copy.deepcopy(base)
         task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False).prepare_distributed(device_ids=None)
         opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), rho=0.2)
+        replay_timm_task(opt, task)
         for _ in range(2):
             task(*halves[rank])['loss'].backward()
             opt.step()
@@ -1007,6 +1174,7 @@ def _ddp_worker(rank, world_size, port):
         model = copy.deepcopy(base)
         task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False).prepare_distributed(device_ids=None)
         opt = SAM(torch.optim.SGD(model.parameters(), lr=0.5), rho=0.2)
+        replay_timm_task(opt, task)
         mine = quarters[2 * rank:2 * rank + 2]
         # newer timm tasks have no_sync(); timm 1.0.23's keeps the DDP module in task.model
         no_sync = task.no_sync if hasattr(task, 'no_sync') else task.model.no_sync
@@ -1079,6 +1247,7 @@ def test_sam_without_torch_apis_newer_than_the_floor(missing, monkeypatch):
     ref_model, _ = _reference_sam(model, x, y, rho=0.2, adaptive=True, eta=0.01, lr=0.1)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.2, adaptive=True, model=model)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     task(x, y)['loss'].backward()
     opt.step()
     for p, q in zip(model.parameters(), ref_model.parameters()):
@@ -1087,6 +1256,7 @@ def test_sam_without_torch_apis_newer_than_the_floor(missing, monkeypatch):
     probed = nn.Sequential(_mlp(), _AutocastProbe())  # the replay's autocast state through the same route
     opt = SAM(torch.optim.SGD(probed.parameters(), lr=0.1), rho=0.2)
     task = ClassificationTask(probed, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
     with torch.autocast('cpu', dtype=torch.bfloat16):
         loss = task(x, y)['loss']
     loss.backward()

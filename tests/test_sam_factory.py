@@ -2,6 +2,8 @@
 its model, and uses the right default radius."""
 import argparse
 import copy
+import functools
+import inspect
 import warnings
 
 import pytest
@@ -9,12 +11,23 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.optim import Lookahead, create_optimizer_v2, get_optimizer_class, list_optimizers, optimizer_kwargs
+from timm.optim import (
+    Lookahead,
+    create_optimizer_v2,
+    get_optimizer_class,
+    get_optimizer_info,
+    list_optimizers,
+    optimizer_kwargs,
+)
 from timm.task import ClassificationTask
 
-from timm_ext.optim import ASAM_RHO, SAM, SAM_BASES, SAM_RHO, list_sam_bases
+from timm_ext.optim import ASAM_RHO, GSAM, SAM, SAM_BASES, SAM_RHO, LookSAM, list_sam_bases, replay_timm_task
+from timm_ext.optim.sam_factory import DEFAULT_BASE
 
 SAM_NAMES = list_optimizers(['sam*', 'asam*'])
+# every name timm_ext registered: those whose class is of the SAM family
+EXT_NAMES = [n for n in list_optimizers() if isinstance(get_optimizer_info(n).opt_class, type)
+             and issubclass(get_optimizer_info(n).opt_class, SAM)]
 
 
 def _model():
@@ -97,22 +110,95 @@ def test_lookahead_prefix_wraps_sam():
     opt = create_optimizer_v2(model, 'lookahead_samadamw', lr=1e-2, rho=0.1)
     assert isinstance(opt, Lookahead) and isinstance(opt._base_optimizer, SAM)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)  # through the Lookahead, to the SAM it wraps
     w0 = [p.detach().clone() for p in model.parameters()]
     task(x, y)['loss'].backward()
     opt.step()
     assert any(not torch.equal(a, p) for a, p in zip(w0, model.parameters()))
 
 
+def test_replay_timm_task_through_lookahead_is_the_plain_sam_route_until_its_first_sync():
+    """``lookahead_samadamw`` + ``replay_timm_task(opt, task)``: over fewer steps than the lookahead's k, the same
+    weights, bit for bit, as ``samadamw`` driven the same way."""
+    base = _model()
+    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g))
+            for g in [torch.Generator().manual_seed(s) for s in range(3)]]
+    results = {}
+    for name in ('samadamw', 'lookahead_samadamw'):
+        model = copy.deepcopy(base)
+        opt = create_optimizer_v2(model, name, lr=1e-2, weight_decay=0.05, rho=0.1)
+        if name.startswith('lookahead'):
+            assert isinstance(opt, Lookahead) and all(g['lookahead_k'] > len(data) for g in opt.param_groups)
+        task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+        replay_timm_task(opt, task)
+        for x, y in data:
+            task(x, y)['loss'].backward()
+            opt.step()
+            opt.zero_grad()
+        results[name] = model
+    moved = any(not torch.equal(a, b) for a, b in zip(base.parameters(), results['samadamw'].parameters()))
+    assert moved
+    for a, b in zip(results['samadamw'].state_dict().values(), results['lookahead_samadamw'].state_dict().values()):
+        assert torch.equal(a, b)
+
+
 def test_unknown_or_missing_base_lists_valid_names():
     model = _model()
     with pytest.raises(ValueError, match=r"Unknown base optimizer 'adamx' for SAM; valid names: .*adamw, .*sgd"):
         create_optimizer_v2(model, 'sam', lr=0.1, base='adamx')
+    # a bare name without base builds on DEFAULT_BASE now (test_bare_names_build_on_adamw); an explicit
+    # base=None is still refused
     with pytest.raises(ValueError, match=r'SAM needs a base optimizer: use a combined name such as opt="samadamw"'):
-        create_optimizer_v2(model, 'asam', lr=0.1)
+        create_optimizer_v2(model, 'asam', lr=0.1, base=None)
     with pytest.raises(ValueError, match=r"Unknown base optimizer 'adahessian'"):  # second order: not a SAM base
         create_optimizer_v2(model, 'sam', lr=0.1, base='adahessian')
     with pytest.raises(ValueError, match=r'rho must be a finite number >= 0, got rho=-0.05'):
         create_optimizer_v2(model, 'samadamw', lr=0.1, rho=-0.05)
+
+
+@pytest.mark.parametrize('name', EXT_NAMES)
+def test_registry_holds_optimizer_classes_and_binds_each_names_defaults(name):
+    """As for timm's own optimizers: the class, or with bind_defaults a functools.partial of it with the name's
+    defaults (its base and fixed arguments), which builds what the name stands for."""
+    info = get_optimizer_info(name)
+    cls = get_optimizer_class(name, bind_defaults=False)
+    assert isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and issubclass(cls, SAM)
+    bound = get_optimizer_class(name)
+    assert isinstance(bound, functools.partial) and bound.func is cls and bound.args == ()
+    assert bound.keywords == info.defaults and info.defaults['base'] in list_sam_bases()
+    w, b = nn.Parameter(torch.randn(3, 6)), nn.Parameter(torch.zeros(3))
+    opt = bound([w, b], lr=0.01)
+    assert type(opt) is cls and repr(opt).startswith(f'{cls.family.Settings.family}(')  # 'SAM(', not 'FactorySAM('
+    assert type(opt.base_optimizer) is get_optimizer_class(info.defaults['base'], bind_defaults=False)
+    assert all(g['adaptive'] == name.startswith('asam') for g in opt.param_groups)
+
+
+def test_bare_names_build_on_adamw():
+    """Without base=, the optimizer the ViT-SAM paper trained ViTs with; the common arguments timm's factory hands
+    any optimizer (eps, betas, momentum) reach the base that takes them, as for the combined names."""
+    assert DEFAULT_BASE == 'adamw'
+    bare = {'sam': SAM, 'asam': SAM, 'gsam': GSAM, 'looksam': LookSAM}
+    assert set(bare) <= set(EXT_NAMES)
+    for name, family in bare.items():
+        w, b = nn.Parameter(torch.randn(3, 6)), nn.Parameter(torch.zeros(3))
+        opt = create_optimizer_v2([w, b], name, lr=0.01, eps=1e-6, betas=(0.5, 0.6), momentum=0.5)
+        assert isinstance(opt, family), name
+        assert type(opt.base_optimizer) is torch.optim.AdamW, name
+        group = opt.param_groups[0]
+        assert (group['betas'], group['eps'], group['lr']) == ((0.5, 0.6), 1e-6, 0.01), name
+        assert 'momentum' not in group  # AdamW takes none: dropped, as timm's factory drops it for AdamW itself
+        sgd = create_optimizer_v2([w, b], name, lr=0.01, base='sgd', eps=1e-6, betas=(0.5, 0.6), momentum=0.5)
+        assert (sgd.param_groups[0]['momentum'], sgd.param_groups[0]['nesterov']) == (0.5, True), name
+    assert create_optimizer_v2([nn.Parameter(torch.zeros(2))], 'asam', lr=0.01).param_groups[0]['rho'] == ASAM_RHO
+
+
+@pytest.mark.parametrize('name', EXT_NAMES)
+def test_each_class_declares_what_timms_factory_hands_it(name):
+    """timm's registry-wide check: has_eps / has_betas / has_momentum say whether the class's signature takes them
+    (the combined names list their base optimizer's arguments)."""
+    info = get_optimizer_info(name)
+    takes = inspect.signature(get_optimizer_class(name, bind_defaults=False).__init__).parameters
+    assert (info.has_eps, info.has_betas, info.has_momentum) == ('eps' in takes, 'betas' in takes, 'momentum' in takes)
 
 
 def test_sam_bases_cover_timm_optimizers():

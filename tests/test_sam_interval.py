@@ -10,13 +10,12 @@ import torch.nn.functional as F
 from _sam_reference import at as _at
 from _sam_reference import batches as _batches
 from _sam_reference import closure as _closure
-from _sam_reference import drive as _drive
+from _sam_reference import drive, train_py_fp16
 from _sam_reference import flat as _flat
 from _sam_reference import mlp as _mlp
-from _sam_reference import train_py_fp16 as _train_py_fp16
 from timm.optim import create_optimizer_v2
 
-from timm_ext.optim import GSAM, SAM, LookSAM
+from timm_ext.optim import GSAM, SAM, LookSAM, replay_timm_task
 
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
 
@@ -51,9 +50,11 @@ def test_sam_every_kth_step_plain_steps_between(route):
     forwards = []
     model.register_forward_hook(lambda m, i, o: forwards.append(1))
     due = []
+    if route == 'task':
+        replay_timm_task(opt)  # as train.py's hooks do: the replay takes the first task called (one per batch here)
     for xy in batches:
         due.append(opt.sam_step_due)
-        _drive(model, opt, [xy], route)  # explicit: a plain step() when no SAM step is due
+        drive(model, opt, [xy], route)  # explicit: a plain step() when no SAM step is due
     assert due == [True, False, False, True, False]
     assert len(forwards) == 7  # the second pass only on steps 0 and 3
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
@@ -85,7 +86,8 @@ def test_fp16_plain_steps_unscale_and_skip_overflow(contract, train_clip):
     expected = _reference(base, batches, k=2, rho=0.3, lr=0.2)
     model = copy.deepcopy(base)
     opt = cls(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), rho=0.3, interval=2)
-    task, scaler = _train_py_fp16(model, opt, batches, clip_grad=train_clip)
+    replay_timm_task(opt)  # train.py's hooks: the replay takes the task train_py_fp16 builds
+    task, scaler = train_py_fp16(model, opt, batches, clip_grad=train_clip)
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
     assert scaler._scaler.get_scale() == 2.0 ** 10
     opt.step(_closure(model, opt, *batches[0]))  # step 4: SAM; step 5 is plain

@@ -3,7 +3,8 @@
 # timm==VERSION in a virtualenv over MAIN_VENV's packages (the same torch, timm-ext from this clone), with that
 # release's own train.py from ../shared: `timm-ext doctor`, `timm-ext demo --quick`, the model contract
 # (tests/test_models.py), SAM through train.py (one checked update, then resume) and the backports of timm's
-# bugs. No test may skip here: a skip would hide the release this lane exists for.
+# bugs. No test may skip here: a skip would hide the release this lane exists for. Then, with this timm still in the
+# lane's virtualenv, timm's own tests/test_optim.py of this release (.ci/lanes/timm_optim.sh, which times itself).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 version="$1"
@@ -37,3 +38,4 @@ if grep -qE '[0-9]+ skipped' "$log"; then
   echo "lane timm $version: tests skipped (listed above); every test of this lane must run" >&2
   exit 1
 fi
+bash .ci/lanes/timm_optim.sh "$lane"

@@ -11,7 +11,8 @@ that the random streams line up and both routes give the same top-1, image for i
 (``tests/test_demo_builtin_loop.py``): the seed, the model, the data config, the datasets, the loaders with
 the prefetcher, the loss, timm's ``ClassificationTask``, the optimizer, the checkpoint saver, the scheduler;
 then per epoch the updates (``task(input, target)['loss']``, ``backward()``, ``optimizer.step()`` without a
-closure: SAM finds the task and replays its call, as in train.py), the scheduler's per-update step, the
+closure: a SAM optimizer, opted in once with ``replay_timm_task(optimizer, task)`` as train.py's hooks opt in
+every SAM timm's factory builds there, replays the task's call at w + e), the scheduler's per-update step, the
 validation, ``summary.csv``, the checkpoint and the scheduler's epoch step.
 
 It writes what train.py writes into the run folder: ``summary.csv`` (timm's ``update_summary``),
@@ -104,6 +105,8 @@ def train(args: argparse.Namespace) -> Optional[float]:
     import timm_ext.models  # noqa: F401 (registers timm-ext's models with timm)
     import timm_ext.optim  # noqa: F401 (registers SAM with timm's optimizer factory)
     from timm_ext._timm_backports import apply_backports
+    from timm_ext.optim import replay_timm_task
+    from timm_ext.optim.task_replay import sams_in
 
     apply_backports()  # timm 1.0.23 ... 1.0.28: create_loader with --workers 0
     from timm import utils
@@ -156,6 +159,8 @@ def train(args: argparse.Namespace) -> Optional[float]:
     else:
         eval_model = model
     optimizer = create_optimizer_v2(model, **optimizer_kwargs(cfg=args), **args.opt_kwargs)
+    if sams_in(optimizer):  # SAM's step() without a closure replays this task's call at w + e (train.py's hooks)
+        replay_timm_task(optimizer, task)
     _logger.info(f'Created {type(optimizer).__name__} ({args.opt}) optimizer')
 
     output_dir = utils.get_outdir(args.output, args.experiment)
@@ -199,7 +204,7 @@ def _train_one_epoch(epoch: int, task: Any, model: Any, loader: Any, optimizer: 
     for batch_idx, (input, target) in enumerate(loader):
         loss = task(input, target)['loss']
         loss.backward()
-        optimizer.step()  # no closure: a SAM optimizer re-runs this task call at w + e itself
+        optimizer.step()  # no closure: a SAM optimizer re-runs this task call at w + e (replay_timm_task above)
         losses.update(loss.item(), input.shape[0])
         num_updates += 1
         optimizer.zero_grad()

@@ -24,6 +24,7 @@ from transformers import Trainer
 
 from timm_ext.optim import SAM
 from timm_ext.optim.rng import RngState, cuda_devices_of
+from timm_ext.optim.task_replay import sams_in
 
 __all__ = ['SAMTrainer', 'TimmClassifier', 'sam_trainer_problem']
 
@@ -83,12 +84,9 @@ def _innermost(optimizer: Any) -> Any:
 
 def _find_sam(optimizer: Any) -> Optional[SAM]:
     """The SAM inside Accelerate's ``AcceleratedOptimizer`` (``.optimizer``) or timm's Lookahead
-    (``.base_optimizer``)."""
-    seen = 0
-    while optimizer is not None and not isinstance(optimizer, SAM) and seen < 8:
-        optimizer = getattr(optimizer, 'optimizer', None) or getattr(optimizer, 'base_optimizer', None)
-        seen += 1
-    return optimizer if isinstance(optimizer, SAM) else None
+    (``._base_optimizer``)."""
+    sams = sams_in(optimizer)
+    return sams[0] if sams else None
 
 
 class SAMTrainer(Trainer):

@@ -13,6 +13,8 @@
 * **summary.csv is continued.** train.py asks for a header row at the first epoch of every process
   (``write_header=best_metric is None``), so a resumed run wrote a second header into the run's summary.csv;
   a file that already starts with the same header gets none.
+* **SAM replays the training task.** Every SAM-family optimizer timm's factory builds is opted in to
+  ``timm_ext.optim.replay_timm_task``: its ``step()`` without a closure replays the task's calls at w + e.
 
 Installed once per process, only when the ``__main__`` module is timm's train.py (a script named train*.py with
 ``main`` and ``train_one_epoch``): ``import timm_ext`` anywhere else changes nothing.
@@ -29,6 +31,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
+
+from timm_ext.optim.task_replay import replay_timm_task, sams_in
 
 __all__ = ['RNG_KEY', 'continuing_summary', 'install_train_py_hooks', 'is_train_py', 'random_state',
            'set_random_state']
@@ -95,6 +99,8 @@ def _checkpointing_random_state(create_optimizer: Callable[..., Any]) -> Callabl
     @functools.wraps(create_optimizer)
     def create(*args: Any, **kwargs: Any) -> Any:
         optimizer = create_optimizer(*args, **kwargs)
+        if sams_in(optimizer):  # SAM's step() replays train.py's training task, found at its first call
+            replay_timm_task(optimizer)
         optimizer.register_state_dict_post_hook(_add_random_state)
         optimizer.register_load_state_dict_pre_hook(_take_random_state)
         optimizer.register_load_state_dict_post_hook(_restore_random_state)

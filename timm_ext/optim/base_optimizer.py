@@ -1,10 +1,23 @@
-"""The optimizer SAM wraps: an instance given as is, or davda54/sam's ``(params, OptimizerClass, **kwargs)``."""
-from typing import Any, Dict, Optional
+"""The optimizer SAM wraps, and what makes SAM an optimizer around it (as timm's Lookahead is).
+
+The base optimizer is an instance given as is, or davda54/sam's ``(params, OptimizerClass, **kwargs)``. SAM's
+param groups, per-parameter state and defaults are the base optimizer's own objects, so a scheduler, timm's
+layer decay or a checkpoint sees one optimizer; torch's hook tables and step wrapper are SAM's.
+"""
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch.nn as nn
 from torch.optim import Optimizer
 
-__all__ = ['build_base_optimizer', 'check_model']
+from timm_ext.optim.sharded import refuse_flat_parameters
+
+__all__ = ['WrappedOptimizer', 'build_base_optimizer', 'check_model']
+
+# torch.optim.Optimizer's hook tables (Optimizer.__init__ is not called: the groups are the base optimizer's)
+_HOOK_TABLES = ('_optimizer_step_pre_hooks', '_optimizer_step_post_hooks', '_optimizer_state_dict_pre_hooks',
+                '_optimizer_state_dict_post_hooks', '_optimizer_load_state_dict_pre_hooks',
+                '_optimizer_load_state_dict_post_hooks')
 
 
 def build_base_optimizer(params: Any, base_optimizer: Any, base_kwargs: Dict[str, Any]) -> Optimizer:
@@ -34,3 +47,68 @@ def check_model(model: Optional[Any], family: str = 'SAM') -> None:
     """SAM's ``model`` is a module or None."""
     if model is not None and not isinstance(model, nn.Module):
         raise ValueError(f'{family} model must be an nn.Module or None, got {type(model).__name__}')
+
+
+class WrappedOptimizer(Optimizer):
+    """An optimizer whose groups, state and defaults are ``self.base_optimizer``'s; torch's hooks are its own.
+    A copy or a pickle keeps the attributes named in ``_copied`` and rebuilds the rest (``_init_runtime``)."""
+    base_optimizer: Optimizer
+    _copied: Tuple[str, ...] = ('base_optimizer', 'zero_grad_calls')
+
+    def _wrap(self, params: Any, base_optimizer: Any, base_kwargs: Dict[str, Any]) -> None:
+        self.base_optimizer = build_base_optimizer(params, base_optimizer, base_kwargs)
+        refuse_flat_parameters([p for group in self.param_groups for p in group['params']])
+        self.zero_grad_calls = 0  # a closure that zeroes is not adding to an accumulation window
+
+    def _init_runtime(self) -> None:
+        self._init_wrapper()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.zero_grad_calls += 1
+        self.base_optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {k: self.__dict__[k] for k in self._copied}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def _init_wrapper(self) -> None:
+        for name in _HOOK_TABLES:
+            setattr(self, name, OrderedDict())
+        self._patch_step_function()  # torch's step wrapper: step hooks and the profiler label
+
+    @property
+    def param_groups(self) -> List[Dict[str, Any]]:
+        return self.base_optimizer.param_groups
+
+    @property
+    def state(self) -> Dict[Any, Any]:
+        return self.base_optimizer.state
+
+    @property
+    def defaults(self) -> Dict[str, Any]:
+        return self.base_optimizer.defaults
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        self.base_optimizer.add_param_group(param_group)
+        self._add_group_defaults()
+
+    def _add_group_defaults(self) -> None:
+        """A subclass's own group keys, set on every group (also one added later)."""
+
+    def _with_state_dict_hooks(self, build: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
+        state_dict = build()
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            state_dict = post_hook(self, state_dict) or state_dict
+        return state_dict
+
+    def _with_load_state_dict_hooks(self, state_dict: Dict[str, Any], load: Callable[[Dict[str, Any]], None]) -> None:
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            state_dict = pre_hook(self, state_dict) or state_dict
+        load(state_dict)
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)

@@ -16,7 +16,7 @@ from timm_ext.optim.ddp import sync_context
 from timm_ext.optim.m_sharpness import BatchChunk, check_chunk_sync, mean_loss
 from timm_ext.optim.rng import RngState
 
-__all__ = ['ACCUMULATION', 'ClosurePasses']
+__all__ = ['ACCUMULATION', 'ClosurePasses', 'batch_norm_in_graph']
 
 ACCUMULATION = (
     'SAM.step(closure): the closure added to gradients of earlier backward passes without zeroing them, i.e. '
@@ -81,6 +81,29 @@ class ClosurePasses:
         with sync_context(self.no_sync if self.chunked else None), self._rng.restored():
             self._call()
 
+    def may_move_buffers(self, loss: Any) -> bool:
+        """Whether the closure's forward may move module buffers SAM was not given: batch norm in the graph of the
+        loss it returned (a loss without a graph cannot tell: True)."""
+        return batch_norm_in_graph(loss)
+
     def result(self, losses: List[Any]) -> Any:
         """The loss at w (m-sharpness: the chunks' mean)."""
         return mean_loss(losses) if self.chunked else losses[0]
+
+
+def batch_norm_in_graph(loss: Any) -> bool:
+    """Whether ``loss``'s autograd graph has a batch-norm node (the one layer whose forward updates buffers in
+    timm's and torch's models); True when ``loss`` has no graph to look at."""
+    node = getattr(loss, 'grad_fn', None)
+    if node is None:
+        return True
+    seen, todo = {node}, [node]
+    while todo:
+        node = todo.pop()
+        if 'batchnorm' in type(node).__name__.lower():
+            return True
+        for child, _ in node.next_functions:
+            if child is not None and child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return False

@@ -1,35 +1,38 @@
 """Training-framework settings SAM cannot make exact, refused in one line before the first pass.
 
-``SAM.step(closure)`` asks each framework's check whether the closure comes from a setting that would make the
-update silently different from SAM (Lightning's value clipping of the first-pass gradient, Accelerate's
-accumulation that never hands SAM the earlier micro-batches, ...). A check imports its framework only when the
-process has already imported it, so a process without that framework pays nothing.
+SAM knows no framework. A framework's integration module (``timm_ext.integrations.lightning``,
+``timm_ext.integrations.accelerate``) registers its checks here when the framework is imported
+(``timm_ext.integrations.autoload``), and ``SAM.step`` asks them before anything moves: a closure that comes from
+a setting that would make the update silently different from SAM, or a ``step()`` without a closure from a
+framework that ran the closure itself.
 """
-import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
-__all__ = ['framework_problem', 'stepless_problem']
+__all__ = ['closure_problem', 'register_closure_check', 'register_stepless_check', 'stepless_problem']
+
+ClosureCheck = Callable[[Callable[..., Any], Any], Optional[str]]
+SteplessCheck = Callable[[Any], Optional[str]]
+_closure_checks: List[ClosureCheck] = []
+_stepless_checks: List[SteplessCheck] = []
 
 
-def framework_problem(closure: Callable[..., Any], optimizer: Any) -> Optional[str]:
-    """The one line for the first framework setting SAM cannot make exact, None when there is none."""
-    if 'lightning' in sys.modules or 'pytorch_lightning' in sys.modules:
-        from timm_ext.optim.lightning_checks import lightning_problem
-        problem = lightning_problem(closure, optimizer)
-        if problem:
-            return problem
-    if 'accelerate' in sys.modules:
-        from timm_ext.optim.accelerate_checks import accelerate_problem
-        problem = accelerate_problem(closure, optimizer)
-        if problem:
-            return problem
-    return None
+def register_closure_check(check: ClosureCheck) -> None:
+    """``check(closure, optimizer)``: the one line for a setting SAM cannot make exact, else None (once each)."""
+    if check not in _closure_checks:
+        _closure_checks.append(check)
+
+
+def register_stepless_check(check: SteplessCheck) -> None:
+    """``check(optimizer)`` for ``step()`` without a closure: the one line, else None (once each)."""
+    if check not in _stepless_checks:
+        _stepless_checks.append(check)
+
+
+def closure_problem(closure: Callable[..., Any], optimizer: Any) -> Optional[str]:
+    """The first registered check's line for this closure, None when there is none."""
+    return next((p for check in _closure_checks if (p := check(closure, optimizer))), None)
 
 
 def stepless_problem(optimizer: Any) -> Optional[str]:
-    """The one line for a framework that calls ``step()`` without a closure after running the closure itself
-    (Lightning's fp16 and DeepSpeed plugins), None otherwise."""
-    if 'lightning' in sys.modules or 'pytorch_lightning' in sys.modules:
-        from timm_ext.optim.lightning_checks import lightning_problem
-        return lightning_problem(None, optimizer)
-    return None
+    """The first registered check's line for a ``step()`` without a closure, None when there is none."""
+    return next((p for check in _stepless_checks if (p := check(optimizer))), None)

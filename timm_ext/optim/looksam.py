@@ -34,6 +34,7 @@ from timm_ext.optim.sharded import global_dot, global_norm, like_param, local
 __all__ = ['GV_KEY', 'LookSAM', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL']
 
 GV_KEY = 'looksam_gv'  # g_v in the optimizer's per-parameter state
+PARALLEL = 1e-3  # ||g_v|| / ||g_s|| below which g_s is g's direction (an angle under 0.06 degrees): nothing to reuse
 
 
 class LookSAM(SAM):
@@ -81,6 +82,10 @@ class LookSAM(SAM):
         gg = global_norm(cleans, params) ** 2
         coef = global_dot(sam_grads, cleans, params) / gg if gg > 0 else 0.0
         self._pending = {p: torch.add(s, g, alpha=-coef) for p, s, g in zip(params, sam_grads, cleans)}
+        # g_s (nearly) parallel to g: g_v is then rounding, not a direction, and the reuse steps would scale it up to
+        # alpha ||g||, differently in float32 and float64; below PARALLEL ||g_s|| it is kept as zero (no reuse)
+        if global_norm(list(self._pending.values()), params) <= PARALLEL * global_norm(sam_grads, params):
+            self._pending = {p: torch.zeros_like(gv) for p, gv in self._pending.items()}
 
     def after_sam_step(self) -> None:
         """g_v into the per-parameter state, after the base optimizer made its own (Adam starts from an empty one):

@@ -12,19 +12,21 @@ of two ways:
   or None when the gradient was already unscaled, e.g. by train.py before its clipping) and
   ``optimizer.found_inf`` before calling ``step()``, and deletes them afterwards. SAM unscales the
   first-pass gradient with ``grad_scale`` and skips the update on ``found_inf`` (the scaler backs
-  off, having computed ``found_inf`` itself). The second pass is SAM's own: its loss is scaled by
-  the last scale the scaler gave times a back-off factor that SAM halves on a second-pass
-  overflow (that update is skipped) and doubles back after 2000 clean second passes, as
-  ``GradScaler`` does with its own scale, since the scaler cannot learn about that pass.
+  off, having computed ``found_inf`` itself). The second pass needs a scaler of its own:
+  GradScaler.step hands the optimizer the first pass's scale and inf check only, and the second backward
+  runs inside ``step()``, where the caller's scaler never sees it; so it goes through a second
+  ``torch.amp.GradScaler`` (scale, ``unscale_``, ``step``, ``update``: GradScaler's own contract), started at
+  the first scale the caller's scaler gave and kept by the driver across steps.
 """
 import math
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
+from timm_ext.optim.sharded import global_norm
 from timm_ext.optim.torch_compat import total_norm
 
-__all__ = ['GradScalerArgument', 'GradScalerAttributes', 'LossScaling', 'NO_SCALING', 'SecondPassScale',
+__all__ = ['GradScalerArgument', 'GradScalerAttributes', 'LossScaling', 'NO_SCALING',
            'explicit_scaling', 'scaling_for']
 
 
@@ -51,6 +53,10 @@ class LossScaling:
     def first_overflowed(self, norm: float) -> bool:
         """Whether the first pass overflowed (the update is then skipped), given the gradient norm."""
         return False
+
+    def gradient_overflowed(self, params: List[torch.Tensor]) -> bool:
+        """Whether the (unscaled) gradient of ``params`` overflowed: a plain step's check."""
+        return self.first_overflowed(global_norm([p.grad for p in params], params))
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         """The second-pass loss to back-propagate."""
@@ -90,42 +96,17 @@ class GradScalerArgument(LossScaling):
         self.grad_scaler.step(base_optimizer)
 
 
-class SecondPassScale:
-    """SAM's loss scale for the second pass under the attribute contract (kept across steps)."""
-    growth_interval = 2000
-
-    def __init__(self, init_scale: float = 2.0 ** 16) -> None:
-        self.last_scale = init_scale  # the scaler's latest scale (GradScaler's default before the first one)
-        self.backoff = 1.0
-        self.clean_steps = 0
-
-    @property
-    def scale(self) -> float:
-        return self.last_scale * self.backoff
-
-    def update(self, finite: bool) -> None:
-        if not finite:
-            self.backoff *= 0.5
-            self.clean_steps = 0
-            return
-        self.clean_steps += 1
-        if self.clean_steps >= self.growth_interval and self.backoff < 1.0:
-            self.backoff = min(1.0, self.backoff * 2.0)
-            self.clean_steps = 0
-
-
 class GradScalerAttributes(LossScaling):
-    """``GradScaler.step`` set ``grad_scale`` / ``found_inf`` on the optimizer (torch's current contract)."""
+    """``GradScaler.step`` set ``grad_scale`` / ``found_inf`` on the optimizer (torch's current contract); the
+    second pass goes through ``state['second_pass_scaler']``, a GradScaler of SAM's own (see the module docstring)."""
 
-    def __init__(self, grad_scale: Optional[torch.Tensor], found_inf: torch.Tensor, state: SecondPassScale) -> None:
+    def __init__(self, grad_scale: Optional[torch.Tensor], found_inf: torch.Tensor, state: Dict[str, Any]) -> None:
         self.grad_scale = None if grad_scale is None else float(grad_scale)
         self.found_inf = found_inf
         self.state = state
-        self._second_scale = 1.0
 
     def unscale_first(self, optimizer: torch.optim.Optimizer) -> None:
         if self.grad_scale is not None:
-            self.state.last_scale = self.grad_scale
             grads = _grads(optimizer)
             if grads:
                 torch._foreach_mul_(grads, 1.0 / self.grad_scale)
@@ -133,21 +114,37 @@ class GradScalerAttributes(LossScaling):
     def first_overflowed(self, norm: float) -> bool:
         return bool(self.found_inf.item()) or not math.isfinite(norm)
 
+    def _second_pass_scaler(self, device_type: str) -> Any:
+        scaler = self.state.get('second_pass_scaler')
+        if scaler is None:
+            init_scale = self.grad_scale if self.grad_scale is not None else 2.0 ** 16  # GradScaler's default
+            scaler = self.state['second_pass_scaler'] = torch.amp.GradScaler(device_type, init_scale=init_scale)
+        return scaler
+
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        self._second_scale = self.state.scale
-        return loss * self._second_scale
+        return self._second_pass_scaler(loss.device.type).scale(loss)
 
     def unscale_second(self, base_optimizer: torch.optim.Optimizer) -> bool:
         grads = _grads(base_optimizer)
-        if not grads:
+        scaler = self.state.get('second_pass_scaler')
+        if not grads or scaler is None:
             return True
-        torch._foreach_mul_(grads, 1.0 / self._second_scale)
-        finite = math.isfinite(float(total_norm(grads)))
-        self.state.update(finite)
-        return finite
+        scaler.unscale_(base_optimizer)
+        if math.isfinite(float(total_norm(grads))):
+            return True
+        scaler.update()  # the inf unscale_ found: the scale backs off, and this update is skipped
+        return False
+
+    def step(self, base_optimizer: torch.optim.Optimizer) -> None:
+        scaler = self.state.get('second_pass_scaler')
+        if scaler is None:
+            base_optimizer.step()
+            return
+        scaler.step(base_optimizer)
+        scaler.update()
 
 
-def scaling_for(optimizer: torch.optim.Optimizer, grad_scaler: Optional[Any], state: SecondPassScale) -> LossScaling:
+def scaling_for(optimizer: torch.optim.Optimizer, grad_scaler: Optional[Any], state: Dict[str, Any]) -> LossScaling:
     """``step()``'s loss scaling: the scaler passed in, else the attributes ``GradScaler.step`` set, else none."""
     if grad_scaler is not None:
         return GradScalerArgument(grad_scaler)

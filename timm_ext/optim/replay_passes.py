@@ -15,18 +15,25 @@ from timm_ext.optim.m_sharpness import check_chunk_sync, chunk_count
 from timm_ext.optim.rng import RngState
 from timm_ext.optim.task_recorder import RecorderState, TaskCall, TaskRecorder
 
-__all__ = ['HOW_TO_USE', 'ReplayPasses', 'replay_passes']
+__all__ = ['HOW_TO_USE', 'NoSecondPassError', 'ReplayPasses', 'replay_passes']
 
 HOW_TO_USE = (
     'pass a closure (optimizer.step(closure)), call first_step() and second_step() around your second '
     'forward-backward, train with timm\'s train.py (task API, timm >= 1.0.23), where SAM replays the task, '
+    'call timm_ext.optim.replay_timm_task(optimizer, task) once in your own loop over a timm training task, '
     'or use timm_ext.integrations.hf_trainer.SAMTrainer in the Hugging Face Trainer')
 
 
-def replay_passes(recorder: TaskRecorder, has_grads: bool, sam_step_due: bool,
+
+class NoSecondPassError(RuntimeError):
+    """``step()`` has gradients but no way to evaluate the loss at w + e (no closure, no training task replayed):
+    SAM refuses rather than take a plain base-optimizer step that would silently not be SAM."""
+
+
+def replay_passes(recorder: Optional[TaskRecorder], has_grads: bool, sam_step_due: bool,
                   m_sharpness: Optional[int]) -> 'ReplayPasses':
     """This step's passes from the recorded calls; a one-line error where there is nothing to replay."""
-    calls = recorder.take()
+    calls = recorder.take() if recorder is not None else []
     if not has_grads:
         if calls:
             raise RuntimeError('SAM.step(): the training task ran but no gradients exist; '
@@ -35,11 +42,14 @@ def replay_passes(recorder: TaskRecorder, has_grads: bool, sam_step_due: bool,
                            f'{HOW_TO_USE}')
     if not sam_step_due:  # a plain step needs no replay
         return ReplayPasses(recorder, [], None)
+    if recorder is None:
+        raise NoSecondPassError('SAM.step() without a closure can only re-evaluate the loss by replaying a timm '
+                                f'training task, and none was attached to this optimizer: {HOW_TO_USE}')
     if not calls:
         closed = (' (task capture was turned off because this optimizer was driven by a closure or by '
                   'first_step(), or a newer SAM over the same parameters took its task)'
                   if recorder.state is RecorderState.CLOSED else '')
-        raise RuntimeError(
+        raise NoSecondPassError(
             'SAM.step() without a closure can only re-evaluate the loss inside timm\'s train.py task API, '
             f'but no timm TrainingTask call was captured since the last step{closed}: {HOW_TO_USE}')
     if m_sharpness and _one_local_chunk(calls, m_sharpness):
@@ -104,6 +114,10 @@ class ReplayPasses:
         call, batch, rows = self.items[index]
         with sync_context(self.no_sync), self._rng.restored():
             self.recorder.replay([call.rows(batch, rows)])
+
+    def may_move_buffers(self, loss: Any) -> bool:
+        """The task's module is SAM's model once the replay is bound; before, nothing is known."""
+        return True
 
     def result(self, losses: List[Any]) -> None:
         """train.py has its own loss."""

@@ -11,53 +11,28 @@ One update, as the paper writes it:
     h = grad L(w + e)                  # second pass, same dropout / drop-path masks as the first
     w = base_optimizer.step(w, h)      # from w, with the gradient taken at w + e
 
-This file is that update and nothing else. Who runs the two passes is a driver's business, each in its
-own module: a closure (``closure_passes``), timm's train.py (``replay_passes``, over ``task_recorder``),
-m-sharpness chunks (``m_sharpness``); beside them fp16 loss scaling (``loss_scaling``), BatchNorm buffers
-(``module_buffers``) and the checkpoint entry (``sam_checkpoint``). GSAM and LookSAM override the hooks
-at the end of the class.
+This file is that update (its arithmetic in ``sam_functional``), the hooks GSAM and LookSAM override, and the
+state dict. Who runs the passes sits above it, on its public methods: ``sam_step`` for ``step()`` (a closure,
+m-sharpness chunks, timm's training task replayed by ``task_replay``), or your loop's first/second_step().
 """
-import logging
-import math
 import warnings
-from collections import OrderedDict
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional
 
 import torch
 import torch.nn as nn
-from timm.utils import dispatch_clip_grad
 
-from timm_ext.optim.base_optimizer import build_base_optimizer, check_model
-from timm_ext.optim.closure_passes import ClosurePasses
-from timm_ext.optim.ddp import all_reduce_mean, world_size
-from timm_ext.optim.framework_checks import framework_problem, stepless_problem
-from timm_ext.optim.loss_scaling import NO_SCALING, LossScaling, SecondPassScale, explicit_scaling, scaling_for
-from timm_ext.optim.m_sharpness import GradientSum, refuse_loss_scaling
+from timm_ext.optim.base_optimizer import WrappedOptimizer, check_model
+from timm_ext.optim.loss_scaling import NO_SCALING, LossScaling, explicit_scaling
 from timm_ext.optim.module_buffers import BufferSnapshot
-from timm_ext.optim.replay_passes import HOW_TO_USE, replay_passes
-from timm_ext.optim.rng import cuda_devices_of
-from timm_ext.optim.sam_checkpoint import GROUP_KEY, checked_entry, sam_entry, setting_changes, split_entry
-from timm_ext.optim.sam_clip import clip_parameters
+from timm_ext.optim.sam_checkpoint import load_sam_state, sam_state_dict
+from timm_ext.optim.sam_functional import clip_gradient_, sam_perturb_, sam_restore_
 from timm_ext.optim.sam_settings import SAM_RHO, SAMSettings
-from timm_ext.optim.sharded import global_norm, local, refuse_flat_parameters, refuse_sharded_chunks
-from timm_ext.optim.task_recorder import TaskRecorder
-from timm_ext.optim.torch_compat import foreach_copy_
 
 __all__ = ['SAM']
 
-_logger = logging.getLogger(__name__)
-Grouped = List[Tuple[Dict[str, Any], List[torch.Tensor], List[torch.Tensor]]]
-# torch.optim.Optimizer's hook tables (Optimizer.__init__ is not called: the groups are the base optimizer's)
-_HOOK_TABLES = ('_optimizer_step_pre_hooks', '_optimizer_step_post_hooks', '_optimizer_state_dict_pre_hooks',
-                '_optimizer_state_dict_post_hooks', '_optimizer_load_state_dict_pre_hooks',
-                '_optimizer_load_state_dict_post_hooks')
-# what a copy or a pickle keeps (per-parameter state, LookSAM's too, is the base optimizer's); hooks, caches and
-# the recorder are rebuilt, and what else was set on the instance (an lr scheduler's step wrapper) is not copied
-_COPIED = ('base_optimizer', 'settings', 'model', '_updates', '_perturbed', '_skip', '_second_pass_scale',
-           'zero_grad_calls')
 
 
-class SAM(torch.optim.Optimizer):
+class SAM(WrappedOptimizer):
     """ Sharpness-Aware Minimization around any torch/timm optimizer.
 
     Args:
@@ -69,18 +44,22 @@ class SAM(torch.optim.Optimizer):
         clip_grad: clip the gradient SAM applies (the second-pass one); None for no clipping.
         clip_mode: 'norm', 'value' or 'agc' (timm's ``dispatch_clip_grad``); 'agc' leaves the head out.
         model: module whose buffers (BatchNorm statistics) keep their first-pass values and whose head AGC
-            leaves out; found by itself inside timm's train.py and in ``create_optimizer_v2(model, ...)``.
+            leaves out (timm's factory passes the one ``create_optimizer_v2`` got; train.py's task gives its own).
         interval: a SAM step every ``interval``-th update, a plain base-optimizer step in between.
         m_sharpness: images per perturbation: each worker's batch is cut into chunks of this many images,
             each ascends with its own gradient, and the descent gradient is the chunks' mean (``m_sharpness``).
         **base_kwargs: davda54/sam style: the base optimizer's arguments (``lr``, ``momentum``, ...).
 
     Three ways to drive it: ``step(closure)``; ``first_step()`` / ``second_step()`` around your second
-    forward-backward; ``step()`` inside timm's train.py, which replays the training task's calls at w + e.
+    forward-backward; ``step()`` after the backward of timm's training task (``timm_ext.optim.replay_timm_task``;
+    train.py does it for you).
     """
     _step_supports_amp_scaling = True  # GradScaler.step(sam) hands SAM the scale (see loss_scaling)
     Settings = SAMSettings  # a family's settings: its checks, its state-dict entry, its repr
     needs_clean_gradient = False  # hook: keep the first-pass gradient g for the hooks (GSAM, LookSAM)
+    # runs step()'s passes; set by timm_ext.optim.sam_step (above this file, on its public methods) at import
+    driver: ClassVar[Optional[Callable[..., Any]]] = None
+    _copied = ('base_optimizer', 'settings', 'model', '_updates', '_perturbed', '_skip', 'zero_grad_calls')
 
     def __init__(
             self,
@@ -101,8 +80,7 @@ class SAM(torch.optim.Optimizer):
         names = self.Settings.init_names()  # a family's own settings arrive through **base_kwargs
         given.update({name: base_kwargs.pop(name) for name in names if name in base_kwargs})
         self.settings = self.Settings(**{name: value for name, value in given.items() if name in names})
-        self.base_optimizer = build_base_optimizer(params, base_optimizer, base_kwargs)
-        refuse_flat_parameters(self._params())
+        self._wrap(params, base_optimizer, base_kwargs)
         check_model(model, self.Settings.family)
         self.model = model
         self.defaults.update(self.settings.group_defaults())
@@ -110,8 +88,6 @@ class SAM(torch.optim.Optimizer):
         self._updates = 0  # updates done, SAM or plain: decides which one is due
         self._perturbed: Optional[List[torch.Tensor]] = None
         self._skip = False  # this update overflowed in fp16: restore, step nothing
-        self._second_pass_scale = SecondPassScale()
-        self.zero_grad_calls = 0
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -119,33 +95,9 @@ class SAM(torch.optim.Optimizer):
         self._clean: Dict[torch.Tensor, torch.Tensor] = {}  # g, for the hooks that need it
         self._buffers = BufferSnapshot()
         self._warned: set = set()
-        self.recorder = TaskRecorder(self)  # finds the train.py task that owns these parameters
-        self.recorder.start()
-        for name in _HOOK_TABLES:
-            setattr(self, name, OrderedDict())
-        self._patch_step_function()  # torch's step wrapper: step hooks and the profiler label
-
-    # ---- an optimizer whose groups, state and defaults are the base optimizer's (as timm's Lookahead) ----
-
-    @property
-    def param_groups(self) -> List[Dict[str, Any]]:
-        return self.base_optimizer.param_groups
-
-    @property
-    def state(self) -> Dict[Any, Any]:
-        return self.base_optimizer.state
-
-    @property
-    def defaults(self) -> Dict[str, Any]:
-        return self.base_optimizer.defaults
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.zero_grad_calls += 1  # a closure that zeroes is not adding to an accumulation window
-        self.base_optimizer.zero_grad(set_to_none=set_to_none)
-
-    def add_param_group(self, param_group: Dict[str, Any]) -> None:
-        self.base_optimizer.add_param_group(param_group)
-        self._add_group_defaults()
+        self.replay: Any = None  # timm's training task, replayed by step() (timm_ext.optim.task_replay)
+        self.driver_state: Dict[str, Any] = {}  # what the driver keeps across steps (fp16: its second-pass scaler)
+        self._init_wrapper()
 
     def _add_group_defaults(self) -> None:
         for idx, group in enumerate(self.param_groups):
@@ -153,8 +105,7 @@ class SAM(torch.optim.Optimizer):
                 group.setdefault(key, value)
             self.settings.check_group(group, where=f' in param group {idx}')
 
-    def set_model(self, model: Optional[nn.Module]) -> None:
-        """The module whose buffers keep their first-pass values, and whose head AGC leaves out."""
+    def set_model(self, model: Optional[nn.Module]) -> None:  # whose buffers SAM holds, whose head AGC leaves out
         check_model(model, self.Settings.family)
         self.model = model
 
@@ -163,24 +114,18 @@ class SAM(torch.optim.Optimizer):
         """Whether the next update is a SAM step (every ``interval``-th, the first one included)."""
         return self._updates % self.settings.interval == 0
 
-    def _zero_gradient(self) -> bool:
-        """Every parameter has a gradient and all of them are zero."""
-        params = self._params()
-        return all(p.grad is not None for p in params) and bool(params) and global_norm(
-            [p.grad for p in params], params) == 0
+    perturbed = property(lambda self: self._perturbed is not None, doc='Between first_step() and second_step().')
+    update_skipped = property(lambda self: self._skip, doc='This update\'s first pass overflowed (fp16).')
 
-    def extra_memory_bytes(self) -> int:
-        """What SAM holds beside the base optimizer: the copy of w (GSAM, LookSAM: and of g) and of the buffers."""
+    def clean_gradients(self) -> Dict[torch.Tensor, torch.Tensor]:
+        return self._clean  # g of the last ascent per parameter, when needs_clean_gradient (GSAM, LookSAM)
+
+    def extra_memory_bytes(self) -> int:  # beside the base optimizer: the copy of w (GSAM/LookSAM: of g) and buffers
         kept = list(self._backup.values()) + list(self._clean.values())
         return sum(t.numel() * t.element_size() for t in kept) + self._buffers.nbytes
 
-    def _params(self) -> List[torch.Tensor]:
-        return [p for group in self.param_groups for p in group['params']]
-
-    def _params_with_grad(self) -> List[torch.Tensor]:
-        return [p for p in self._params() if p.grad is not None]
-
-    # ---- the update --------------------------------------------------------------------------------------
+    def params_with_grad(self) -> List[torch.Tensor]:
+        return [p for group in self.param_groups for p in group['params'] if p.grad is not None]
 
     @torch.no_grad()
     def perturb(self) -> float:
@@ -188,56 +133,38 @@ class SAM(torch.optim.Optimizer):
         (ASAM: ||T g||); a zero or non-finite norm leaves w where it is. ``restore()`` undoes it."""
         if self._perturbed is not None:
             raise RuntimeError('SAM.perturb() was called twice; call restore() (or second_step()) first')
-        grouped = [(g, ps, [local(p.grad) for p in ps]) for g in self.param_groups  # local: this rank's shards
-                   if (ps := [p for p in g['params'] if p.grad is not None])]
-        if self.needs_clean_gradient:
-            self._keep(self._clean, [p for _, ps, _ in grouped for p in ps], [g for _, _, gs in grouped for g in gs])
-        for group, params, grads in grouped:
-            if group['adaptive']:  # ASAM: T = |w| + eta, in the backups (w goes there next); g <- T g for the norm
-                scale_t = self._keep(self._backup, params, [local(p) for p in params])
-                torch._foreach_abs_(scale_t)
-                torch._foreach_add_(scale_t, float(group['eta']))
-                torch._foreach_mul_(grads, scale_t)
-        norm = global_norm([g for _, _, gs in grouped for g in gs], [p for _, ps, _ in grouped for p in ps])
-        self._perturbed = []
-        for group, params, grads in grouped:
-            shards = [local(p) for p in params]
-            if group['adaptive']:  # ... and T^2 g for the step: e = rho T^2 g / ||T g||
-                torch._foreach_mul_(grads, self._keep(self._backup, params, None, shards))
-            self._keep(self._backup, params, shards)
-            if math.isfinite(norm) and norm > 0 and group['rho'] > 0:
-                torch._foreach_add_(shards, grads, alpha=group['rho'] / norm)
-            self._perturbed.extend(params)
+        groups = [(g, ps) for g in self.param_groups if (ps := [p for p in g['params'] if p.grad is not None])]
+        norm = sam_perturb_(groups, self._backup, self._clean if self.needs_clean_gradient else None)
+        self._perturbed = [p for _, ps in groups for p in ps]
         return norm
 
     @torch.no_grad()
     def restore(self) -> None:
         """Put back, bit-exactly, the weights ``perturb()`` moved."""
         perturbed, self._perturbed = self._perturbed or [], None
-        foreach_copy_([local(p) for p in perturbed], [self._backup[p] for p in perturbed])
+        sam_restore_(perturbed, self._backup)
 
     @torch.no_grad()
     def cancel_step(self) -> None:
-        """Abandon a SAM step begun by ``first_step()`` (e.g. the second pass failed): the weights and the module's
-        buffers back as they were at w, nothing stepped."""
+        """Abandon a step begun by ``first_step()``: weights and buffers back as they were at w, nothing stepped."""
         self._skip = False
         self.restore()
         self._buffers.restore()
 
     @torch.no_grad()
     def first_step(self, zero_grad: bool = True, grad_scaler: Optional[Any] = None) -> None:
-        """After the backward at w: move to w + e. The gradient is consumed (set to None unless ``zero_grad``
-        is False). With ``grad_scaler`` (fp16) it is unscaled first; an inf/NaN makes this update a skipped one."""
+        """After the backward at w: move to w + e, consuming the gradient (set to None unless not ``zero_grad``).
+        ``grad_scaler`` (fp16) unscales it first; an inf/NaN makes this update a skipped one."""
         if self.settings.m_sharpness:
             raise RuntimeError(f'SAM m_sharpness={self.settings.m_sharpness} needs SAM to run the passes per '
                                f'chunk: use step(closure) or train.py\'s task route, not first_step()/second_step()')
-        self.recorder.close()  # an explicit loop never needs the train.py replay
         if self._perturbed is not None:
             raise RuntimeError('SAM.first_step() was called twice; call second_step() after the second backward')
-        if not self._params_with_grad():
-            raise RuntimeError(f'SAM.first_step() found no gradients: run forward and backward at w first, or '
-                               f'{HOW_TO_USE}')
-        self._ascend(explicit_scaling(grad_scaler))
+        if not self.params_with_grad():
+            raise RuntimeError('SAM.first_step() found no gradients: run forward and backward at w first')
+        if self.replay is not None:
+            self.replay.close()  # an explicit loop never needs the training task's replay
+        self.ascend(explicit_scaling(grad_scaler))
         if zero_grad:
             self.zero_grad()
 
@@ -245,116 +172,32 @@ class SAM(torch.optim.Optimizer):
     def second_step(self, zero_grad: bool = False, grad_scaler: Optional[Any] = None) -> None:
         """After the backward at w + e: back to w bit-exactly, then the base optimizer's step with that gradient."""
         scaling = explicit_scaling(grad_scaler)
-        descend = self._descend(scaling)
+        descend = self.descend(scaling)
         self._buffers.restore()
-        self._finish(descend, scaling, self._clean, zero_grad)
+        self.apply_descent(descend, scaling, self._clean, zero_grad)
 
     @torch.no_grad()
-    def step(
-            self,
-            closure: Optional[Callable[..., Any]] = None,
-            grad_scaler: Optional[Any] = None,
-            no_sync: Optional[Callable[[], ContextManager]] = None,
-    ) -> Optional[Any]:
-        """One update: a SAM step, or a plain base-optimizer step when ``interval`` says so; after
-        ``first_step()`` (a framework that calls ``step()`` itself), the rest of the update, as ``second_step()``.
+    def step(self, closure: Optional[Callable[..., Any]] = None, grad_scaler: Optional[Any] = None,
+             no_sync: Optional[Callable[[], Any]] = None) -> Optional[Any]:
+        """One update: a SAM step, or a plain one when ``interval`` says so; after ``first_step()``, the rest of it.
 
-        Args:
-            closure: zeroes grads (``optimizer.zero_grad()``), computes and back-propagates the loss, returns it.
-                Evaluated at w and at w + e with the same random state; returns the loss at w. A closure that adds
-                to gradients already there (an accumulation window) is refused: SAM cannot re-evaluate the window.
-                Under ``m_sharpness`` it takes a ``chunk`` and cuts its batch with it: ``xs, ys = chunk(x, y)``.
-                Without one, timm's train.py training-task calls since the last step are replayed at w + e.
-            grad_scaler: a ``torch.amp.GradScaler`` whose scaled loss the closure back-propagates
-                (``GradScaler.step(sam)`` passes itself, or sets ``grad_scale``/``found_inf``: both work).
-            no_sync: e.g. ``ddp_model.no_sync``: the first pass runs in it, so each worker perturbs with its
-                own gradient; the second pass is all-reduced as usual.
+        ``closure`` zeroes the grads, back-propagates the loss and returns it; it runs at w and at w + e with the
+        same random state (under ``m_sharpness`` it takes a ``chunk``: ``xs, ys = chunk(x, y)``). Without one, the
+        training task's calls are replayed at w + e (``replay_timm_task``). ``grad_scaler``: the fp16
+        ``torch.amp.GradScaler`` the closure scales with. ``no_sync`` (e.g. ``ddp_model.no_sync``): the first pass
+        runs in it, so each worker perturbs with its own gradient. The passes are run by ``SAM.driver``.
         """
-        if self._perturbed is not None:  # after first_step() and your second backward (a framework's step())
-            if closure is not None or getattr(self, 'found_inf', None) is not None:
-                self.cancel_step()
-                raise RuntimeError('SAM.step() after first_step() finishes the update as second_step() does: call it '
-                                   'without a closure, and with an fp16 GradScaler call sam.second_step(grad_scaler='
-                                   'scaler) yourself (a wrapper hiding step\'s grad_scaler argument, e.g. '
-                                   'Accelerate\'s, cannot hand SAM the second pass\'s scale); the weights are back '
-                                   'at w')
-            self.second_step(grad_scaler=grad_scaler)
-            return None
-        scaling = scaling_for(self, grad_scaler, self._second_pass_scale)
-        if closure is not None:
-            problem = framework_problem(closure, self)
-            if problem:
-                raise ValueError(problem)
-            self.recorder.close()  # a closure loop never needs the train.py replay
-            passes = ClosurePasses(closure, self.settings.m_sharpness, no_sync, cuda_devices_of(self._params()),
-                                   self._params(), lambda: self.zero_grad_calls)
-        elif no_sync is not None:
-            raise ValueError('SAM.step(no_sync=...) needs a closure (the first pass is train.py\'s own)')
-        elif (problem := stepless_problem(self)) is not None:
-            raise ValueError(problem)
-        elif not self.recorder.calls and self._zero_gradient():
-            # g = 0: e = 0, the pass at w + e is the one at w (torch.distributed.checkpoint steps on zero gradients
-            # to create the optimizer's state)
-            self._plain_step(scaling)
-            return None
-        else:
-            passes = replay_passes(self.recorder, bool(self._params_with_grad()), self.sam_step_due,
-                                   self.settings.m_sharpness)
-        if not self.sam_step_due:
-            loss = passes.plain_pass()
-            self._plain_step(scaling)
-            return loss
-        if passes.chunked:
-            refuse_sharded_chunks(self.settings.m_sharpness, self._params())
-            refuse_loss_scaling(scaling is not NO_SCALING)
-        return passes.result(self._sam_update(passes, scaling))
+        return type(self).driver(self, closure, grad_scaler, no_sync)
 
-    def _sam_update(self, passes: Any, scaling: LossScaling) -> List[Any]:
-        """The passes of one SAM update: per chunk (one without m-sharpness) the gradient at w, the gradient
-        at w + e, back to w; then the (mean) second-pass gradient is applied. Weights and buffers are back at
-        w whatever fails in between."""
-        descent, clean = GradientSum(), GradientSum()
-        losses = []
-        with passes.context():
-            try:
-                if passes.first_pass_done or passes.chunked:  # buffers as before SAM's own passes
-                    self._hold_buffers()
-                index = 0
-                while index == 0 or index < passes.count():
-                    if passes.chunked:
-                        self.zero_grad()  # each chunk's own gradient (train.py's whole-batch one is not used)
-                    losses.append(passes.first(index))
-                    self._ascend(scaling)
-                    self.zero_grad()
-                    if not self._skip:
-                        passes.second(index, scaling.scale)
-                    descend = self._descend(scaling)
-                    if passes.chunked:
-                        descent.add(self._params_with_grad())
-                        clean.add_values(self._clean)
-                    index += 1
-            except BaseException:
-                self.cancel_step()
-                raise
-        self._buffers.restore()
-        clean_grads = self._clean
-        if passes.chunked:  # the mean over the chunks, then over the workers (one all-reduce each)
-            descent.write_mean_to_grads()
-            clean_grads = clean.mean()
-            if world_size() > 1:
-                all_reduce_mean([p.grad for p in self._params_with_grad()])
-                all_reduce_mean(list(clean_grads.values()))
-        self._finish(descend, scaling, clean_grads)
-        return losses
-
-    def _ascend(self, scaling: LossScaling) -> None:
-        """Unscale g, then perturb; an overflowed first pass marks the update as skipped."""
+    def ascend(self, scaling: LossScaling = NO_SCALING, warn_unknown_model: bool = True) -> None:
+        """Unscale g, then perturb (GSAM sets rho first; the buffers are held); an overflowed first pass marks the
+        update as skipped."""
         scaling.unscale_first(self)
         self.prepare_sam_step()
-        self._hold_buffers()
+        self.hold_buffers(warn_unknown_model)
         self._skip = scaling.first_overflowed(self.perturb())
 
-    def _descend(self, scaling: LossScaling) -> bool:
+    def descend(self, scaling: LossScaling = NO_SCALING) -> bool:
         """Back to w; the second-pass gradient unscaled and adjusted. False: this update is skipped."""
         if self._perturbed is None:
             raise RuntimeError('SAM.second_step() was called before first_step()')
@@ -362,71 +205,59 @@ class SAM(torch.optim.Optimizer):
         skip, self._skip = self._skip, False
         if skip or not scaling.unscale_second(self.base_optimizer):
             return False
-        self.adjust_sam_gradient(self._params_with_grad(), self._clean)
+        self.adjust_sam_gradient(self.params_with_grad(), self._clean)
         return True
 
-    def _finish(self, descend: bool, scaling: LossScaling, clean: Dict[torch.Tensor, torch.Tensor],
-                zero_grad: bool = False) -> None:
+    def apply_descent(self, descend: bool, scaling: LossScaling, clean: Dict[torch.Tensor, torch.Tensor],
+                      zero_grad: bool = False) -> None:
+        """The base optimizer's step with the (adjusted) second-pass gradient; a skipped update when not ``descend``."""
         if not descend:  # fp16 overflow: a skipped step (the scaler backs off)
             self.zero_grad()
             self._updates += 1
             return
-        self.observe_sam_gradient(self._params_with_grad(), clean)
-        self._apply(scaling.step, zero_grad)
-        self.after_sam_step()
-
-    def _plain_step(self, scaling: LossScaling) -> None:
-        """The base optimizer's step with the gradient at hand (``interval``): unscaled, overflow-checked, clipped."""
-        scaling.unscale_first(self)
-        params = self._params_with_grad()
-        if scaling is not NO_SCALING and params:
-            if scaling.first_overflowed(global_norm([p.grad for p in params], params)):
-                self._finish(False, scaling, {})
-                return
-        self.adjust_plain_gradient(params)
-        self._apply(lambda base: base.step())
-
-    def _apply(self, step_fn: Callable[[torch.optim.Optimizer], Any], zero_grad: bool = False) -> None:
-        """Clip the gradient about to be applied, step the base optimizer, count the update."""
-        if self.settings.clip_grad is not None:
-            mode = self.settings.clip_mode
-            module = lambda: self._module('AGC cannot leave the classifier head out')  # noqa: E731
-            params = clip_parameters(self._params_with_grad(), mode, self.recorder.task, module)
-            dispatch_clip_grad(params, self.settings.clip_grad, mode=mode)
-        step_fn(self.base_optimizer)  # scaler.step skips the update if the second pass overflowed
+        self.observe_sam_gradient(self.params_with_grad(), clean)
+        self._clip()
+        scaling.step(self.base_optimizer)  # GradScaler.step skips it if the second pass overflowed
         self._updates += 1
+        self.after_sam_step()
         if zero_grad:
             self.zero_grad()
 
-    def _hold_buffers(self) -> None:
+    def plain_step(self, scaling: LossScaling = NO_SCALING) -> None:
+        """The base optimizer's step with the gradient at hand (``interval``): unscaled, overflow-checked, clipped."""
+        scaling.unscale_first(self)
+        params = self.params_with_grad()
+        if scaling is not NO_SCALING and params and scaling.gradient_overflowed(params):
+            self.apply_descent(False, scaling, {})
+            return
+        self.adjust_plain_gradient(params)
+        self._clip()
+        self.base_optimizer.step()
+        self._updates += 1
+
+    def _clip(self) -> None:
+        if self.settings.clip_grad is not None:
+            mode = self.settings.clip_mode
+            module = self._module('AGC cannot leave the classifier head out') if mode == 'agc' else None
+            clip_gradient_(self.params_with_grad(), self.settings.clip_grad, mode, module)
+
+    def hold_buffers(self, warn_unknown_model: bool = True) -> None:
+        """Copy the model's buffers (BatchNorm statistics), once per update, so the second pass cannot move them."""
+        if warn_unknown_model:
+            self._module('its buffers (BatchNorm statistics) are updated by both passes')
         if not self._buffers.held:
-            self._buffers.capture(self._module('its buffers (BatchNorm statistics) are updated by both passes'))
+            self._buffers.capture(self.model)
 
-    def _keep(self, store: Dict[torch.Tensor, torch.Tensor], params: List[torch.Tensor],
-              values: Optional[List[torch.Tensor]] = None,
-              shapes: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
-        """One persistent buffer per parameter in ``store`` (allocated once, shaped like ``values`` or ``shapes``:
-        the rank's shard), filled with ``values`` if given."""
-        out = []
-        for i, p in enumerate(params):
-            like = values[i] if values is not None else shapes[i]
-            buf = store.get(p)
-            if buf is None or buf.shape != like.shape or buf.dtype != like.dtype or buf.device != like.device:
-                store[p] = buf = torch.empty_like(like, memory_format=torch.preserve_format)
-            out.append(buf)
-        if values is not None:
-            foreach_copy_(out, values)
-        return out
+    def release_buffers(self) -> None:
+        self._buffers.restore()  # the held buffers back to their first-pass values
 
-    def _module(self, purpose: str) -> Optional[nn.Module]:
-        """The model given to SAM, else train.py's task's; warns once when there is neither."""
-        module = self.model if self.model is not None else self.recorder.trainable_module()
-        if module is None and purpose not in self._warned:
+    def _module(self, purpose: str) -> Optional[nn.Module]:  # warns once per purpose when SAM has no model
+        if self.model is None and purpose not in self._warned:
             self._warned.add(purpose)
             warnings.warn(f'SAM does not know the model, so {purpose}: pass model= to SAM or to '
                           f'create_optimizer_v2 (or call optimizer.set_model(model)) when driving SAM with '
                           f'first_step()/second_step() or a closure', stacklevel=5)
-        return module
+        return self.model
 
     # ---- hooks for SAM variants (SAM: nothing) ----------------------------------------------------------
 
@@ -434,15 +265,13 @@ class SAM(torch.optim.Optimizer):
         """Before each perturbation (GSAM sets this step's rho in the groups)."""
 
     def adjust_sam_gradient(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
-        """Turn the unscaled second-pass gradient ``p.grad`` into the one applied; ``clean[p]`` is g when
-        ``needs_clean_gradient`` (GSAM's decomposition)."""
+        """Turn the unscaled second-pass ``p.grad`` into the one applied; ``clean[p]`` is g (GSAM's decomposition)."""
 
     def observe_sam_gradient(self, params: List[torch.Tensor], clean: Dict[torch.Tensor, torch.Tensor]) -> None:
         """See the gradient a SAM step is about to apply, and g (LookSAM keeps its new direction)."""
 
     def after_sam_step(self) -> None:
-        """After the base optimizer's step of a SAM step: its per-parameter state exists now (LookSAM stores g_v
-        there, beside the base optimizer's buffers)."""
+        """After a SAM step's base step: its per-parameter state exists now (LookSAM stores g_v there)."""
 
     def adjust_plain_gradient(self, params: List[torch.Tensor]) -> None:
         """Change the gradient of a plain (non-SAM) step before it is applied (LookSAM's reuse)."""
@@ -450,47 +279,21 @@ class SAM(torch.optim.Optimizer):
     # ---- checkpoints, copies, repr ----------------------------------------------------------------------
 
     def state_dict(self) -> Dict[str, Any]:
-        """The base optimizer's state dict (its groups carry rho/adaptive/eta) plus a ``"sam"`` entry: the
-        optimizer-wide settings and the update count, so a resumed run continues exactly."""
-        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
-            pre_hook(self)
-        state_dict = self.base_optimizer.state_dict()
-        state_dict['sam'] = sam_entry(self.settings, self._updates)
-        for group in state_dict['param_groups']:  # where torch.distributed.checkpoint keeps it (it drops 'sam')
-            group[GROUP_KEY] = dict(state_dict['sam'])
-        for post_hook in self._optimizer_state_dict_post_hooks.values():
-            state_dict = post_hook(self, state_dict) or state_dict
-        return state_dict
+        """The base optimizer's (groups carry rho/adaptive/eta) + ``"sam"``: settings and update count, for resume."""
+        return self._with_state_dict_hooks(lambda: sam_state_dict(self.base_optimizer, self.settings, self._updates))
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Load a SAM state dict, or a plain one of the base optimizer. Everything is checked before anything
-        is loaded; the checkpoint's settings win, and each one that differs from this run's is logged."""
-        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
-            state_dict = pre_hook(self, state_dict) or state_dict
-        state_dict, loaded = split_entry(state_dict)
-        current = sam_entry(self.settings, self._updates)
-        entry, settings = checked_entry(loaded, current, self.settings)
-        groups = state_dict.get('param_groups', [])
-        for idx, group in enumerate(groups):
-            self.settings.check_group(group, f' in param group {idx} of the loaded state dict')
-        changes = setting_changes(self.settings, self.param_groups, groups, current, entry)
-        self.base_optimizer.load_state_dict(state_dict)
-        self._add_group_defaults()
-        self.settings, self._updates = settings, entry['step']
-        if changes:
-            _logger.warning('SAM settings from the loaded state dict replace this run\'s: %s', '; '.join(changes))
-        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
-            post_hook(self)
+        """A SAM state dict, or the base optimizer's: all checked first; its settings win, each change logged."""
+        def load(state_dict: Dict[str, Any]) -> None:
+            self.settings, self._updates = load_sam_state(self.base_optimizer, self.settings, self._updates, state_dict)
+            self._add_group_defaults()
+        self._with_load_state_dict_hooks(state_dict, load)
 
     def __getstate__(self) -> Dict[str, Any]:
         if self._perturbed is not None:
             raise RuntimeError('SAM cannot be copied or pickled between first_step() and second_step()')
-        return {k: self.__dict__[k] for k in _COPIED}
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._init_runtime()
+        return super().__getstate__()
 
     def __repr__(self) -> str:
         values = ', '.join(f'{k}={v!r}' for k, v in self.settings.optimizer_values().items())
-        return f'{type(self).__name__}({self.base_optimizer!r}, {values})'
+        return f'{self.Settings.family}({self.base_optimizer!r}, {values})'

@@ -7,11 +7,17 @@ and the update count (``step``). Each group carries a copy of the entry under ``
 before anything is loaded and wins over this run's settings, so a resumed run continues exactly; each setting
 it changes is logged.
 """
+import logging
 from typing import Any, Dict, List, Tuple
+
+from torch.optim import Optimizer
 
 from timm_ext.optim.sam_settings import SAMSettings
 
-__all__ = ['GROUP_KEY', 'checked_entry', 'sam_entry', 'setting_changes', 'split_entry']
+__all__ = ['GROUP_KEY', 'checked_entry', 'load_sam_state', 'sam_entry', 'sam_state_dict', 'setting_changes',
+           'split_entry']
+
+_logger = logging.getLogger('timm_ext.optim.sam')
 
 GROUP_KEY = 'sam_state'
 
@@ -63,3 +69,29 @@ def setting_changes(settings: SAMSettings, groups: List[Dict[str, Any]], loaded_
         if current[key] != loaded[key]:
             changes.append(f'{key}: {current[key]!r} -> {loaded[key]!r}')
     return changes
+
+
+def sam_state_dict(base_optimizer: Optimizer, settings: SAMSettings, updates: int) -> Dict[str, Any]:
+    """The base optimizer's state dict plus the ``"sam"`` entry, also copied into each group (for DCP)."""
+    state_dict = base_optimizer.state_dict()
+    state_dict['sam'] = sam_entry(settings, updates)
+    for group in state_dict['param_groups']:  # where torch.distributed.checkpoint keeps it (it drops 'sam')
+        group[GROUP_KEY] = dict(state_dict['sam'])
+    return state_dict
+
+
+def load_sam_state(base_optimizer: Optimizer, settings: SAMSettings, updates: int,
+                   state_dict: Dict[str, Any]) -> Tuple[SAMSettings, int]:
+    """Check everything, then load the base optimizer's part; returns the settings and update count to continue
+    with (the checkpoint's), after logging each setting that differs from this run's."""
+    state_dict, loaded = split_entry(state_dict)
+    current = sam_entry(settings, updates)
+    entry, new_settings = checked_entry(loaded, current, settings)
+    groups = state_dict.get('param_groups', [])
+    for idx, group in enumerate(groups):
+        settings.check_group(group, f' in param group {idx} of the loaded state dict')
+    changes = setting_changes(settings, base_optimizer.param_groups, groups, current, entry)
+    base_optimizer.load_state_dict(state_dict)
+    if changes:
+        _logger.warning('SAM settings from the loaded state dict replace this run\'s: %s', '; '.join(changes))
+    return new_settings, entry['step']

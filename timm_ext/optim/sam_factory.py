@@ -7,7 +7,7 @@ have no underscore:
 * ``sam<base>`` / ``asam<base>`` for the common bases (``samsgd``, ``sammomentum``, ``samadamw``,
   ``samlamb``, ... see ``SAM_BASES``); ``asam`` = ``adaptive=True``;
 * ``sam`` / ``asam`` with ``base=<any timm optimizer name>`` in the optimizer kwargs
-  (``opt_kwargs: {base: cadamw, rho: 0.1}`` in a recipe);
+  (``opt_kwargs: {base: cadamw, rho: 0.1}`` in a recipe), ``adamw`` when none is given (``DEFAULT_BASE``);
 * ``gsam<base>`` / ``gsam`` (GSAM: ``rho_max``, ``rho_min``, ``alpha``, ``lr_max``, ``lr_min``) and
   ``looksam<base>`` / ``looksam`` (LookSAM: ``rho``, ``alpha``, ``interval``), same bases.
 
@@ -19,10 +19,13 @@ only if it has one, eps/betas only if it takes them); ``rho``, ``adaptive``, ``e
 ``clip_grad`` and ``clip_mode`` go to SAM. timm's ``lookahead_`` prefix still applies
 (``lookahead_samadamw``), as do layer decay and every parameter-group option of the factory.
 
-Each ``create_*`` signature is its family's constructor's, with ``base`` (a timm name) for ``base_optimizer``.
+What timm registers is a class, as for its own optimizers: ``FactorySAM``, ``FactoryGSAM`` and ``FactoryLookSAM``
+subclass their family, with the family's signature and ``base`` (a timm name) for ``base_optimizer``; each name's
+base and fixed arguments are its ``OptimInfo.defaults`` (``get_optimizer_class('samadamw')`` binds them, as timm
+does). ``create_sam``/``create_gsam``/``create_looksam`` are the same classes.
 
 The model: timm's factory hands an optimizer class only the parameter groups. SAM also needs the
-module (its buffers keep their first-pass values; AGC leaves its head out), so ``create_sam`` takes
+module (its buffers keep their first-pass values; AGC leaves its head out), so ``FactorySAM`` takes
 ``model=`` and, when it is left out, uses the ``nn.Module`` that ``create_optimizer_v2`` itself was
 called with (read from that call's frame, found by its code object: no guess, and nothing when SAM
 is built another way, where SAM warns once if it ever needs a model it was not given). That frame read
@@ -35,8 +38,7 @@ units of ``|w| + eta``, so SAM's value is no guide for it.
 """
 import inspect
 import sys
-from functools import partial
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type
 
 import torch
 import torch.nn as nn
@@ -54,8 +56,9 @@ from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.sam import SAM
 from timm_ext.optim.sam_settings import SAM_RHO
 
-__all__ = ['ASAM_RHO', 'SAM_BASES', 'SAM_RHO', 'create_gsam', 'create_looksam', 'create_sam', 'list_sam_bases',
-           'register_sam_optimizers', 'sam_kwargs_problems']
+__all__ = ['ASAM_RHO', 'DEFAULT_BASE', 'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'SAM_BASES', 'SAM_RHO',
+           'create_gsam', 'create_looksam', 'create_sam', 'list_sam_bases', 'register_sam_optimizers',
+           'sam_kwargs_problems']
 
 # bases that get a combined name (``sam<base>`` and ``asam<base>``); any other one works via ``base=``
 SAM_BASES = (
@@ -70,7 +73,7 @@ def list_sam_bases() -> List[str]:
     names = []
     for name in list_optimizers():
         info = get_optimizer_info(name)
-        is_sam = isinstance(info.opt_class, partial) and info.opt_class.func in _BUILDERS
+        is_sam = isinstance(info.opt_class, type) and issubclass(info.opt_class, SAM)
         if not info.second_order and not is_sam:
             names.append(name)
     return names
@@ -106,66 +109,110 @@ def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict
     return get_optimizer_class(info, bind_defaults=False)(params, **kwargs)
 
 
-def _builder(family: Type[SAM], name: str, doc: str, defaults: Optional[Dict[str, Any]] = None) -> Callable[..., SAM]:
-    """``create_<family>(params, base=None, <the family's arguments>, **base_kwargs)``: ``base`` built as timm's
-    factory would, wrapped in ``family``; the signature is the family's own, with ``base`` (a timm name) for
-    ``base_optimizer`` (a class)."""
+# arguments timm's factory hands any optimizer that declares them (``OptimInfo.has_eps``, ...); a bare name's base is
+# not known until it is built, so its class declares all three and passes on those its base takes
+_COMMON_BASE_ARGS = ('eps', 'betas', 'momentum')
+_BASE_CLASS_NAMES = {'sgd': 'SGD', 'momentum': 'Momentum', 'nesterov': 'Nesterov', 'sgdw': 'SGDW', 'adam': 'Adam',
+                     'adamw': 'AdamW', 'nadam': 'NAdam', 'nadamw': 'NAdamW', 'radam': 'RAdam', 'lamb': 'Lamb',
+                     'lars': 'Lars', 'lion': 'Lion', 'adan': 'Adan', 'adopt': 'Adopt'}
+
+
+def _base_parameters(base: Optional[str], taken: set) -> Tuple[List[inspect.Parameter], bool]:
+    """The keyword parameters of ``base``'s optimizer class (all three common ones for a bare name), and whether it
+    takes any other keyword."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    if base is None:
+        return [inspect.Parameter(n, keyword, default=None) for n in _COMMON_BASE_ARGS], True
+    params, any_keyword = [], False
+    for param in inspect.signature(get_optimizer_class(base, bind_defaults=False)).parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            any_keyword = True
+        elif param.kind is not param.VAR_POSITIONAL and param.name != 'params' and param.name not in taken:
+            params.append(param.replace(kind=keyword))
+    return params, any_keyword
+
+
+def _factory_class(family: Type[SAM], name: str, doc: str, defaults: Optional[Dict[str, Any]] = None,
+                   base: Optional[str] = None) -> Type[SAM]:
+    """The ``family`` subclass timm's factory builds for one name: ``cls(params, base=<its base>, <the family's
+    arguments>, *, <the base optimizer's arguments>)``, ``base`` (a timm name) built as timm's factory would for
+    that name, wrapped in ``family``. The signature is the family's own with ``base`` for ``base_optimizer`` (a
+    class), then the base optimizer's keywords, so timm sees what it takes (``eps``, ``betas``, ``momentum``)."""
     kind = family.Settings.family
-    params = []
+    own = []
     for param in list(inspect.signature(family.__init__).parameters.values())[1:]:
+        if param.kind is param.VAR_KEYWORD:
+            continue
         if param.name == 'base_optimizer':
-            param = param.replace(name='base', annotation=Optional[str])
+            param = param.replace(name='base', annotation=Optional[str], default=base)
         elif param.name in (defaults or {}):
             param = param.replace(default=defaults[param.name])
-        params.append(param)
-    signature = inspect.Signature(params)
+        own.append(param)
+    family_names = frozenset(p.name for p in own)
+    base_params, any_keyword = _base_parameters(base, set(family_names))
+    var_keyword = [inspect.Parameter('base_kwargs', inspect.Parameter.VAR_KEYWORD)] if any_keyword else []
+    signature = inspect.Signature(own + base_params + var_keyword)
 
-    def create(*args: Any, **kwargs: Any) -> SAM:
-        params, base, model, values, base_kwargs = _arguments(signature, args, kwargs)
+    def __init__(self: SAM, *args: Any, **kwargs: Any) -> None:
+        params, base, model, values, base_kwargs = _arguments(type(self), args, kwargs)
         check_model(model, kind)
         base_optimizer = _base_by_name(params, base, kind, base_kwargs)
         if model is None:
             model = model_given_to_factory(base_optimizer)
-        return family(base_optimizer, model=model, **values)
+        family.__init__(self, base_optimizer, model=model, **values)
 
-    create.__name__ = create.__qualname__ = name
-    create.__doc__ = doc
-    create.__signature__ = signature.replace(return_annotation=family)
-    return create
+    self_param = inspect.Parameter('self', inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    __init__.__signature__ = signature.replace(parameters=[self_param, *signature.parameters.values()],
+                                               return_annotation=None)
+    __init__.__doc__ = doc
+    cls = type(name, (family,), {'__init__': __init__, '__doc__': doc, '__module__': __name__, 'family': family,
+                                 'signature': signature, 'family_names': family_names})
+    cls.__qualname__ = name
+    __init__.__qualname__ = f'{name}.__init__'
+    return cls
 
 
-def _arguments(signature: inspect.Signature, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[
+def _arguments(cls: Type[SAM], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[
         Any, Optional[str], Optional[nn.Module], Dict[str, Any], Dict[str, Any]]:
-    """A ``create_*`` call's (params, base, model, the family's own arguments, the base optimizer's)."""
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    values = dict(bound.arguments)
+    """A factory class's call as (params, base, model, the family's own arguments, the base optimizer's: only
+    those given, so the base gets timm's defaults for its name)."""
+    bound = cls.signature.bind(*args, **kwargs)
+    given = dict(bound.arguments)
+    base_kwargs = dict(given.pop('base_kwargs', {}))
+    values = {p.name: given.pop(p.name, p.default) for p in cls.signature.parameters.values()
+              if p.name in cls.family_names}
+    base_kwargs.update({k: v for k, v in given.items() if not (v is None and k in _COMMON_BASE_ARGS)})
     params, base, model = values.pop('params'), values.pop('base'), values.pop('model')
-    base_kwargs = values.pop('base_kwargs')
     if 'rho' in values and values['rho'] is None:  # sam / asam: the radius depends on adaptive
         values['rho'] = ASAM_RHO if values['adaptive'] else SAM_RHO
     return params, base, model, values, base_kwargs
 
 
-create_sam = _builder(SAM, 'create_sam', (
-    "Build ``base`` (a timm optimizer name) over ``params`` the way timm's factory would, wrapped in SAM.\n\n"
-    "``rho`` defaults to 0.05 (SAM) or 0.5 (ASAM, ``adaptive=True``); ``model`` defaults to the module\n"
-    "given to ``create_optimizer_v2``."), defaults={'rho': None})
-create_gsam = _builder(GSAM, 'create_gsam', (
-    "``base`` built as timm's factory would, wrapped in GSAM; ``lr_max`` defaults to the factory's ``lr``."))
-create_looksam = _builder(LookSAM, 'create_looksam', (
-    "``base`` built as timm's factory would, wrapped in LookSAM (a SAM step every ``interval`` steps)."))
-
-
-# prefix -> (builder, fixed arguments, description)
-_FAMILIES = {
-    'sam': (create_sam, {}, 'SAM (sharpness-aware minimization)'),
-    'asam': (create_sam, {'adaptive': True}, 'ASAM (adaptive SAM)'),
-    'gsam': (create_gsam, {}, 'GSAM (surrogate-gap SAM)'),
-    'looksam': (create_looksam, {}, 'LookSAM (SAM every k steps, its direction reused in between)'),
+_DOCS = {
+    SAM: "SAM around ``base`` (a timm optimizer name) built over ``params`` the way timm's factory would: what\n"
+         "``create_optimizer_v2(model, 'sam<base>' | 'asam<base>' | 'sam')`` builds. ``rho`` defaults to 0.05 (SAM)\n"
+         "or 0.5 (ASAM, ``adaptive=True``); ``model`` to the module given to ``create_optimizer_v2``.",
+    GSAM: "GSAM around ``base`` built as timm's factory would (``gsam<base>``, ``gsam``); ``lr_max`` defaults to the\n"
+          "factory's ``lr``.",
+    LookSAM: "LookSAM around ``base`` built as timm's factory would (``looksam<base>``, ``looksam``): a SAM step\n"
+             "every ``interval`` steps.",
 }
-_FAMILY_OF: Dict[Callable[..., SAM], Type[SAM]] = {create_sam: SAM, create_gsam: GSAM, create_looksam: LookSAM}
-_BUILDERS = tuple(_FAMILY_OF)
+FactorySAM = _factory_class(SAM, 'FactorySAM', _DOCS[SAM], defaults={'rho': None})
+FactoryGSAM = _factory_class(GSAM, 'FactoryGSAM', _DOCS[GSAM])
+FactoryLookSAM = _factory_class(LookSAM, 'FactoryLookSAM', _DOCS[LookSAM])
+# the same classes under the names of the functions they were (``create_sam(params, base='adamw', rho=0.1)``)
+create_sam, create_gsam, create_looksam = FactorySAM, FactoryGSAM, FactoryLookSAM
+
+DEFAULT_BASE = 'adamw'  # the base of the bare names: what the ViT-SAM paper trained its ViTs and MLP-Mixers with
+# (Chen et al. 2022, Table 8: AdamW, betas (0.9, 0.999)); its ResNets' SGD is `samsgd`
+
+# prefix -> (bare name's class, family, class-name prefix, fixed arguments, description)
+_FAMILIES = {
+    'sam': (FactorySAM, SAM, 'SAM', {}, 'SAM (sharpness-aware minimization)'),
+    'asam': (FactorySAM, SAM, 'ASAM', {'adaptive': True}, 'ASAM (adaptive SAM)'),
+    'gsam': (FactoryGSAM, GSAM, 'GSAM', {}, 'GSAM (surrogate-gap SAM)'),
+    'looksam': (FactoryLookSAM, LookSAM, 'LookSAM', {}, 'LookSAM (SAM every k steps, its direction reused in between)'),
+}
 
 
 def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> None:
@@ -174,15 +221,16 @@ def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> Non
     if registry is None:
         registry = default_optimizer_registry()
     known = registry_optimizers(registry)
-    for prefix, (builder, fixed, kind) in _FAMILIES.items():
+    for prefix, (cls, family, class_prefix, fixed, kind) in _FAMILIES.items():
         if prefix not in known:
             registry.register(OptimInfo(
                 name=prefix,
-                opt_class=partial(builder, **fixed),
-                description=f'{kind} around the timm optimizer given as base=<name>',
-                has_eps=True,
+                opt_class=cls,
+                description=f'{kind} around the timm optimizer given as base=<name> (default: {DEFAULT_BASE})',
+                has_eps=True,  # the base's own flags decide (any base may be given)
                 has_momentum=True,
                 has_betas=True,
+                defaults={'base': DEFAULT_BASE, **fixed},
             ))
         for base in SAM_BASES:
             name = prefix + base
@@ -191,41 +239,51 @@ def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> Non
             info = registry.get_optimizer_info(base)
             registry.register(OptimInfo(
                 name=name,
-                opt_class=partial(builder, base=base, **fixed),
+                opt_class=_named_class(family, class_prefix, base, fixed),
                 description=f'{kind} around {base}: {info.description}',
                 has_eps=info.has_eps,
                 has_momentum=info.has_momentum,
                 has_betas=info.has_betas,
                 num_betas=info.num_betas,
-                defaults=info.defaults,
+                defaults={**(info.defaults or {}), 'base': base, **fixed},
             ))
+
+
+def _named_class(family: Type[SAM], prefix: str, base: str, fixed: Dict[str, Any]) -> Type[SAM]:
+    """The class of one combined name (``SAMAdamW`` for ``samadamw``), made once, kept in this module (so that
+    copies and pickles find it)."""
+    name = prefix + _BASE_CLASS_NAMES.get(base, base.capitalize())
+    cls = globals().get(name)
+    if cls is None:
+        defaults = {'rho': None, **fixed} if family is SAM else dict(fixed)
+        cls = globals()[name] = _factory_class(family, name, _DOCS[family], defaults, base=base)
+    return cls
 
 
 def sam_kwargs_problems(opt: str, opt_kwargs: Mapping[str, Any]) -> List[str]:
     """What ``create_optimizer_v2(model, opt, **opt_kwargs)`` would refuse among the SAM family's own arguments
     (``base`` and the family's settings), one line each in the words it would raise, found before anything is
-    built: the same argument binding as ``create_*`` and the same checks (:meth:`SAMSettings.problems`). Empty
-    for an ``opt`` that is not SAM's, or arguments that do not bind (the signature checks name those)."""
+    built: the same argument binding as the factory's class and the same checks (:meth:`SAMSettings.problems`).
+    Empty for an ``opt`` that is not SAM's, or arguments that do not bind (the signature checks name those)."""
     name = str(opt).lower().split('_')[-1]  # timm's factory keeps the text after the last underscore
     try:
-        opt_class = get_optimizer_info(name).opt_class
+        info = get_optimizer_info(name)
     except (ValueError, KeyError):
         return []
-    family = _FAMILY_OF.get(opt_class.func) if isinstance(opt_class, partial) else None
-    if family is None:
+    cls = info.opt_class
+    if not (isinstance(cls, type) and issubclass(cls, SAM) and hasattr(cls, 'signature')):
         return []
-    signature = inspect.signature(opt_class.func)
     try:
-        _, base, _, values, _ = _arguments(signature, (None,), {**opt_class.keywords, **opt_kwargs})
+        _, base, _, values, _ = _arguments(cls, (None,), {**(info.defaults or {}), **opt_kwargs})
     except TypeError:
         return []
     problems = []
     try:
-        _check_base(base, family.Settings.family)
+        _check_base(base, cls.family.Settings.family)
     except ValueError as error:
         problems.append(str(error))
-    names = family.Settings.init_names()
-    return problems + family.Settings.problems(**{n: v for n, v in values.items() if n in names})
+    names = cls.family.Settings.init_names()
+    return problems + cls.family.Settings.problems(**{n: v for n, v in values.items() if n in names})
 
 
 def model_given_to_factory(base_optimizer: torch.optim.Optimizer) -> Optional[nn.Module]:

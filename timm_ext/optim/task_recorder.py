@@ -118,6 +118,7 @@ class TaskRecorder:
         self._device_type = 'cpu'
         self.cuda_devices: Tuple[int, ...] = ()
         self._warned_dict_input = False
+        self._given_model: Optional[nn.Module] = None  # the task's module this recorder made the optimizer's model
 
     def __repr__(self) -> str:
         return f'TaskRecorder(state={self.state.value}, calls={len(self.calls)})'
@@ -131,8 +132,9 @@ class TaskRecorder:
             finder.wait(self)
 
     def bind(self, task: nn.Module) -> None:
-        """WAITING -> BOUND: record every later call of ``task`` (a forward pre-hook on that task only)."""
-        if self.state is not RecorderState.WAITING:
+        """UNBOUND or WAITING -> BOUND: record every later call of ``task`` (a forward pre-hook on that task only);
+        the optimizer's model, if it was given none, is the task's trainable module."""
+        if self.state not in (RecorderState.UNBOUND, RecorderState.WAITING):
             return
         finder.stop(self)
         for other in list(_bound):
@@ -162,6 +164,10 @@ class TaskRecorder:
         weakref.finalize(self, self._handle.remove)  # a collected optimizer leaves no hook behind
         self.state = RecorderState.BOUND
         _bound.add(self)
+        optimizer = self._optimizer_ref()
+        if optimizer is not None and (optimizer.model is None or optimizer.model is self._given_model):
+            self._given_model = _trainable_module(task)  # BatchNorm buffers held, AGC's head left out
+            optimizer.model = self._given_model
 
     def close(self) -> None:
         """Any state -> CLOSED: remove the hook, drop the record and the task; never records again."""
@@ -205,6 +211,10 @@ class TaskRecorder:
         """Whether ``task``'s trainable module holds any of the optimizer's parameters."""
         ids = {id(p) for p in self._params()}
         return any(id(p) in ids for p in _trainable_module(task).parameters())
+
+    @staticmethod
+    def trainable_module_of(task: nn.Module) -> nn.Module:
+        return _trainable_module(task)
 
     def trainable_module(self) -> Optional[nn.Module]:
         task = self.task

@@ -40,14 +40,13 @@ def is_sam_optimizer(opt: str) -> bool:
     ``gsamadamw``, ``looksamadamw``, ``lookahead_sam``)."""
     from timm.optim import get_optimizer_info, list_optimizers
 
-    import timm_ext.optim  # noqa: F401  (registers SAM with timm's factory)
-    from timm_ext.optim.sam_factory import create_gsam, create_looksam, create_sam
+    from timm_ext.optim import SAM  # (importing timm_ext.optim registers SAM with timm's factory)
 
     name = str(opt).lower().split('_')[-1]
     if name not in list_optimizers():
         return False
     opt_class = get_optimizer_info(name).opt_class
-    return isinstance(opt_class, partial) and opt_class.func in (create_sam, create_gsam, create_looksam)
+    return isinstance(opt_class, type) and issubclass(opt_class, SAM)
 
 
 def check_recipe(config: Dict[str, Any], parser: argparse.ArgumentParser, opt_kwargs: bool = True) -> List[str]:
@@ -120,18 +119,17 @@ def optimizer_arguments(opt: str, opt_kwargs: Optional[Dict[str, Any]] = None) -
     not know ``opt`` or its class takes any keyword."""
     from timm.optim import create_optimizer_v2, get_optimizer_info
 
-    import timm_ext.optim  # noqa: F401  (registers SAM with timm's factory)
-    from timm_ext.optim.sam_factory import create_gsam, create_looksam, create_sam
+    from timm_ext.optim import SAM  # (importing timm_ext.optim registers SAM with timm's factory)
 
     name = str(opt).lower().split('_')[-1]  # timm's factory reads the text after the last underscore
     try:
-        opt_class = get_optimizer_info(name).opt_class
+        info = get_optimizer_info(name)
     except (ValueError, KeyError):  # not a name timm knows: the factory says so itself
         return None
-    target = opt_class.func if isinstance(opt_class, partial) else opt_class
+    target = info.opt_class.func if isinstance(info.opt_class, partial) else info.opt_class
     names, any_keyword = _signature_names(target)
-    if target in (create_sam, create_gsam, create_looksam):  # its **kwargs go to the base optimizer
-        base = (opt_kwargs or {}).get('base') or opt_class.keywords.get('base')
+    if isinstance(target, type) and issubclass(target, SAM):  # its **kwargs go to the base optimizer
+        base = (opt_kwargs or {}).get('base') or (info.defaults or {}).get('base')
         base_names = optimizer_arguments(base) if isinstance(base, str) else None
         if base_names is None:
             return None

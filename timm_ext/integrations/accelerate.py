@@ -1,4 +1,7 @@
-"""Accelerate settings SAM cannot make exact with a closure, refused in one line before the first pass.
+"""SAM under Hugging Face Accelerate: the settings SAM cannot make exact with a closure, refused in one line.
+
+Imported by itself when Accelerate is (``timm_ext.integrations.autoload``); it registers its check with
+``timm_ext.optim.framework_checks``, so SAM itself knows nothing of Accelerate.
 
 Hugging Face Accelerate wraps the optimizer given to ``accelerator.prepare`` in an ``AcceleratedOptimizer``
 (``accelerate/optimizer.py``), whose ``step(closure)`` calls the wrapped optimizer only when
@@ -13,10 +16,12 @@ Hugging Face Accelerate wraps the optimizer given to ``accelerator.prepare`` in 
 Only a ``step`` called by an ``AcceleratedOptimizer`` is checked (found among the callers' frames), so a closure
 loop that Accelerate does not drive is never refused, whatever an earlier ``Accelerator`` of the process left
 in Accelerate's process-wide ``GradientState``. Accelerate is never imported here: this runs only when the
-process has imported it (``framework_checks``).
+process has imported it (``autoload``).
 """
 import sys
 from typing import Any, Callable, Optional
+
+from timm_ext.optim.framework_checks import register_closure_check
 
 __all__ = ['ACCELERATE_ACCUMULATION', 'ACCELERATE_FP16', 'accelerate_problem', 'accelerated_caller']
 
@@ -66,3 +71,6 @@ def accelerate_problem(closure: Callable[..., Any], optimizer: Any) -> Optional[
     if scaler is not None and getattr(scaler, 'is_enabled', lambda: True)():
         return ACCELERATE_FP16
     return None
+
+
+register_closure_check(accelerate_problem)

@@ -1,4 +1,7 @@
-"""Lightning settings SAM cannot make exact, refused in one line before the first update.
+"""SAM under PyTorch Lightning: the settings SAM cannot make exact, refused in one line before the first update.
+
+Imported by itself when Lightning is (``timm_ext.integrations.autoload``); it registers its checks with
+``timm_ext.optim.framework_checks``, so SAM itself knows nothing of Lightning.
 
 Under automatic optimization Lightning hands ``SAM.step`` a closure built by its precision plugin,
 ``functools.partial(plugin._wrap_closure, lightning_module, optimizer, closure)``: one call runs
@@ -28,6 +31,8 @@ import functools
 import importlib
 import sys
 from typing import Any, Callable, Iterator, Optional
+
+from timm_ext.optim.framework_checks import register_closure_check, register_stepless_check
 
 __all__ = ['ACCUMULATE', 'CLIP_VALUE', 'CLIP_VARIANT', 'DEEPSPEED', 'FP16', 'M_SHARPNESS', 'MANUAL_NO_CLOSURE',
            'lightning_problem']
@@ -92,7 +97,8 @@ def lightning_problem(closure: Optional[Callable[..., Any]], optimizer: Any) -> 
     if mode == 'value':
         return CLIP_VALUE.format(val=clip_val)
     if getattr(optimizer, 'needs_clean_gradient', False):  # GSAM, LookSAM: their hooks read the clipped g
-        return CLIP_VARIANT.format(val=clip_val, name=type(optimizer).__name__, mode=mode)
+        family = getattr(getattr(optimizer, 'Settings', None), 'family', type(optimizer).__name__)
+        return CLIP_VARIANT.format(val=clip_val, name=family, mode=mode)
     return None
 
 
@@ -152,3 +158,7 @@ def _stepped_without_closure() -> Optional[str]:
     finally:
         del frame
     return None
+
+
+register_closure_check(lightning_problem)
+register_stepless_check(lambda optimizer: lightning_problem(None, optimizer))

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Optimizer contract lane: `bash .ci/lanes/timm_optim.sh VENV`.
+# timm's own tests/test_optim.py, taken from the sdist of the timm installed in VENV (pip download from the package
+# index; CI reaches no GitHub), run unchanged with timm_ext imported first (`pytest -p timm_ext`): its parametrized
+# tests then cover every optimizer name timm-ext registers (samadamw, gsamsgd, looksamlamb, ...) beside timm's own.
+# The environment is left as timm's CI has it on a CPU machine (the CUDA parts skip by themselves). The tests that
+# name only timm's own optimizers are deselected: timm's CI runs them, timm-ext changes nothing of those optimizers,
+# and they are most of the file's time (about 14 CPU minutes with timm 1.0.31); TIMM_EXT_OPTIM_ALL=1 runs them too.
+# Prints how many tests passed and how many of them name timm-ext's optimizers; fails on any failure, or when no
+# test names one of timm-ext's optimizers.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+lane_started=$SECONDS
+venv="$1"
+py="$(cd "$venv" && pwd)/bin/python"  # absolute: the tests run from a folder outside the clone
+version=$("$py" -W ignore -c 'import timm; print(timm.__version__)')
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+download_log="$work/download.log"
+if ! "$py" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "timm==$version" \
+    > "$download_log" 2>&1; then
+  cat "$download_log" >&2
+  echo "optim lane: no sdist of timm $version from the package index" >&2
+  exit 1
+fi
+# test_optim.py imports nothing of timm's tests/ package: the file alone, in a folder of its own
+tar -xzf "$work/timm-$version.tar.gz" -C "$work" --strip-components=2 "timm-$version/tests/test_optim.py"
+# torch.testing._internal (test_optim.py's TestCase) imports expecttest (in the test extra; a lane venv may lack it)
+if ! "$py" -c 'import expecttest' 2> /dev/null; then
+  "$py" -m pip install --quiet expecttest
+fi
+
+# the names timm-ext registers: timm's optimizer registry, entries whose class is one of timm_ext's SAM classes
+"$py" -W ignore -c '
+from timm.optim import get_optimizer_info, list_optimizers
+
+from timm_ext.optim import SAM
+
+for name in list_optimizers():
+    cls = get_optimizer_info(name).opt_class
+    if isinstance(cls, type) and issubclass(cls, SAM):
+        print(name)
+' > "$work/timm_ext_names.txt"
+
+# a pytest plugin beside the file (the folder the tests run from is on sys.path)
+cat > "$work/timm_ext_select.py" << 'PLUGIN'
+"""Deselect the tests that name only timm's own optimizers: keep those naming one of timm-ext's, or none at all.
+
+timm >= 1.0.31 also runs registry-wide property tests that set ``p.grad`` by hand and call ``step()`` with no
+closure. SAM has no way to evaluate the loss at w + e there, and refuses with ``NoSecondPassError`` rather than take
+a plain base step that would silently not be SAM (davda54/sam refuses the same; timm exempts adahessian by name for
+the same reason). Those tests are expected to fail with exactly that error (strict: a pass, or any other failure,
+fails the lane), and the summary counts them apart.
+"""
+import os
+
+import pytest
+from timm.optim import list_optimizers
+
+from timm_ext.optim import NoSecondPassError
+
+NAMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'timm_ext_names.txt')
+STEP_WITHOUT_CLOSURE = {
+    'test_optimizer_copy', 'test_optimizer_param_group_independent', 'test_optimizer_zero_lr',
+    'test_optimizer_tensor_lr', 'test_optimizer_resume', 'test_optimizer_low_precision',
+    'test_optimizer_grad_unchanged', 'test_optimizer_foreach_parity', 'test_optimizer_foreach_chunked',
+}
+REFUSED = pytest.mark.xfail(strict=True, raises=NoSecondPassError, reason=(
+    'SAM refuses step() with hand-set gradients and no closure (NoSecondPassError): no second pass to run'))
+
+
+def pytest_collection_modifyitems(config, items):
+    with open(NAMES) as f:
+        ours = set(f.read().split())
+    registry = set(list_optimizers())
+    registry |= {f'lookahead_{name}' for name in registry}  # timm's factory takes a lookahead_ prefix on any name
+    everything = os.environ.get('TIMM_EXT_OPTIM_ALL') == '1'
+    keep, drop = [], []
+    for item in items:
+        params = set(item.name.partition('[')[2].rstrip(']').split('-'))  # e.g. test_optimizer_copy[samadamw-pickle]
+        if params & ours and item.originalname in STEP_WITHOUT_CLOSURE:
+            item.add_marker(REFUSED)
+        (keep if everything or params & ours or not params & registry else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+PLUGIN
+select=(-p timm_ext_select)  # with TIMM_EXT_OPTIM_ALL=1 it deselects nothing (timm's own optimizers too)
+
+echo "+ (cd $work && python -m pytest -p timm_ext ${select[*]} -q --tb=short -p no:cacheprovider test_optim.py)"
+rc=0
+(cd "$work" && "$py" -m pytest -p timm_ext "${select[@]}" -q --tb=short -p no:cacheprovider \
+  --junitxml="$work/report.xml" test_optim.py) || rc=$?
+
+"$py" - "$work/report.xml" "$work/timm_ext_names.txt" "$version" "$((SECONDS - lane_started))" "$rc" << 'SUMMARY'
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+report, names_file, version, seconds, rc = sys.argv[1:]
+with open(names_file) as f:
+    names = set(f.read().split())
+if not os.path.exists(report):
+    sys.exit(f'optim lane: pytest wrote no report (exit {rc}); its output is above')
+outcomes = {}  # test id -> passed / skipped / failed
+for case in ET.parse(report).iter('testcase'):
+    kinds = {child.tag for child in case}
+    failed = kinds & {'failure', 'error'}
+    refused = any(c.tag == 'skipped' and c.get('type') == 'pytest.xfail' for c in case)
+    outcomes[case.get('name')] = ('failed' if failed else 'refused' if refused else 'skipped' if 'skipped' in kinds
+                                  else 'passed')
+
+
+def names_of(test_id):  # the timm-ext names among a test id's parameters, e.g. test_optimizer_copy[samadamw-pickle]
+    return names.intersection(test_id.partition('[')[2].rstrip(']').split('-'))
+
+
+def count(results, outcome):
+    return sum(1 for o in results.values() if o == outcome)
+
+
+ours = {test_id: outcome for test_id, outcome in outcomes.items() if names_of(test_id)}
+covered = set().union(*map(names_of, ours))
+print(f'== optim lane, timm {version}: {count(outcomes, "passed")} passed, {count(outcomes, "skipped")} skipped, '
+      f'{count(outcomes, "failed")} failed of {len(outcomes)} run; naming timm-ext\'s optimizers: '
+      f'{count(ours, "passed")} passed, {count(ours, "skipped")} skipped, {count(ours, "failed")} failed, '
+      f'{count(ours, "refused")} refused by design (step() without a closure: NoSecondPassError) of {len(ours)} '
+      f'({len(covered)} of the {len(names)} names timm-ext registers); {seconds} s')
+if names - covered:
+    print(f'optim lane: no test of timm {version} names {" ".join(sorted(names - covered))}')
+if not ours:
+    sys.exit(f'optim lane: timm {version}\'s test_optim.py ran no test naming an optimizer timm-ext registers')
+if int(rc) or count(outcomes, 'failed'):
+    sys.exit(f'optim lane: timm {version}\'s test_optim.py fails with timm_ext imported (pytest exit {rc})')
+SUMMARY
