@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn as nn
+from timm.optim import get_optimizer_class
 
 from timm_ext.optim import (
     GSAM,
@@ -64,7 +65,12 @@ def test_signatures_follow_the_declarations():
     assert _params(LookSAM)[2:5] == ['rho', 'alpha', 'interval']
     assert inspect.signature(LookSAM).parameters['interval'].default == 5
     for create, family in ((create_sam, SAM), (create_gsam, GSAM), (create_looksam, LookSAM)):
-        assert _params(create) == ['params', 'base'] + _params(family)[2:]
+        # a bare name's class: the family's arguments, the three timm's factory hands any optimizer, then the rest
+        assert _params(create) == ['params', 'base'] + _params(family)[2:-1] + ['eps', 'betas', 'momentum',
+                                                                                'base_kwargs']
+    samadamw = get_optimizer_class('samadamw', bind_defaults=False)  # a combined name's: its base's arguments
+    assert _params(samadamw) == ['params', 'base'] + _params(SAM)[2:-1] + [
+        p for p in _params(torch.optim.AdamW) if p != 'params']
     assert inspect.signature(create_sam).parameters['rho'].default is None  # 0.05, or 0.5 for ASAM
     positional = GSAM(nn.Linear(2, 2).parameters(), torch.optim.SGD, 0.2, 0.1, 0.3, lr=0.1)
     settings = positional.settings

@@ -274,6 +274,9 @@ def sam_kwargs_problems(opt: str, opt_kwargs: Mapping[str, Any]) -> List[str]:
     if not (isinstance(cls, type) and issubclass(cls, SAM) and hasattr(cls, 'signature')):
         return []
     try:
+        takes = cls.signature.parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in takes.values()):  # a key it does not take: the signature check's
+            opt_kwargs = {k: v for k, v in opt_kwargs.items() if k in takes}
         _, base, _, values, _ = _arguments(cls, (None,), {**(info.defaults or {}), **opt_kwargs})
     except TypeError:
         return []
