@@ -5,9 +5,9 @@ the verdict follows the rule fixed before the runs (:func:`timm_ext.analysis.sta
 claims by :func:`unchanged_verdict`).
 """
 from dataclasses import dataclass
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
-from plan import CLAIMS, Claim
+from plan import CLAIMS, EXTENDED_SEEDS, Claim
 from run_metrics import metric_fn
 from run_results import Results
 
@@ -51,10 +51,10 @@ def _arms_of(side: Any) -> List[str]:
     return [] if side is None else list(side) if isinstance(side, tuple) else [side]
 
 
-def evaluate(r: Results) -> List[ClaimResult]:
+def evaluate(r: Results, claims: Sequence[Claim] = CLAIMS) -> List[ClaimResult]:
     """Every claim whose arms were run, in ``CLAIMS`` order."""
     out = []
-    for claim in CLAIMS:
+    for claim in claims:
         if not all(a in r for a in _arms_of(claim.a) + _arms_of(claim.b)):
             continue
         n = len(r[_arms_of(claim.b)[0]])
@@ -65,4 +65,21 @@ def evaluate(r: Results) -> List[ClaimResult]:
             v = verdict(diff, claim.direction, claim.margin)
             label, agree = v.label, v.agree
         out.append(ClaimResult(claim, diff, label, agree))
+    return out
+
+
+def evaluate_extended(r: Results, seeds: Dict[str, int] = EXTENDED_SEEDS) -> List[ClaimResult]:
+    """Revision 3: each claim of ``seeds`` read once, on exactly its first ``seeds[key]`` seeds (fixed before the runs),
+    by the same rule. A claim whose arms have fewer seeds than that is an error, never read at fewer."""
+    out = []
+    for claim in (c for c in CLAIMS if c.key in seeds):
+        n = seeds[claim.key]
+        arms = _arms_of(claim.a) + _arms_of(claim.b)
+        if not any(a in r for a in arms):
+            continue  # a study of other arms
+        short = [f'{a} ({len(r.get(a, []))})' for a in arms if len(r.get(a, [])) < n]
+        if short:
+            raise ValueError(f'claim {claim.key} is read at {n} seeds (plan revision 3) but these arms have fewer: '
+                             f'{", ".join(short)}; train them first (python reproduction/reproduce.py)')
+        out += evaluate({a: r[a][:n] for a in arms}, [claim])
     return out

@@ -9,6 +9,32 @@ from run_results import Results
 STEM_LRS = (('1e-3', 'vit', 'vit_convstem'), ('1.5e-3', 'vit_lr1.5e-3', 'vit_convstem_lr1.5e-3'))
 
 
+def _signed_rows(claims: List[ClaimResult], label=lambda c: c.claim.key):
+    """``plot_paired_differences`` rows, each claim signed so that the paper's direction is positive."""
+    rows = []
+    for c in claims:
+        sign = -1.0 if c.claim.direction == 'decrease' else 1.0
+        lo, hi = sorted((sign * c.diff.low, sign * c.diff.high))
+        rows.append((label(c), [sign * d for d in c.diff.diffs], lo, hi, c.claim.margin))
+    return rows
+
+
+def draw_extended(claims: List[ClaimResult], extended: List[ClaimResult], figs: Path) -> List[str]:
+    """Revision 3's plot: each extended claim at 5 seeds and at its fixed number of seeds, one above the other."""
+    from timm_ext.analysis import plots as P
+
+    if not extended:
+        return []
+    figs.mkdir(parents=True, exist_ok=True)
+    five = {c.claim.key: c for c in claims}
+    pairs = [x for e in extended for x in (five[e.claim.key], e)]
+    P.plot_paired_differences(_signed_rows(pairs, lambda c: f'{c.claim.key} ({c.n} seeds)'),
+                              figs / 'extended_claims.png',
+                              title='Revision 3: each claim at 5 seeds and at the seeds fixed before the runs',
+                              xlabel='difference / margin, signed so that the paper\'s direction is positive')
+    return ['extended_claims.png']
+
+
 def draw_plots(r: Results, claims: List[ClaimResult], figs: Path, labels: Dict[str, str]) -> List[str]:
     """The report's PNGs (every seed drawn); returns their file names."""
     from timm_ext.analysis import plots as P
@@ -24,13 +50,7 @@ def draw_plots(r: Results, claims: List[ClaimResult], figs: Path, labels: Dict[s
             P.plot_seed_curves(values, figs / f'{name}.png', title, ylabel, every_seed=True, **kw)
             made.append(f'{name}.png')
 
-    rows = [(f'{c.claim.key}', c.diff.diffs, c.diff.low, c.diff.high, c.claim.margin) for c in claims]
-    flipped = []
-    for key, diffs, low, high, margin in rows:  # show every claim so that "the paper's way" is to the right
-        sign = -1.0 if next(c for c in claims if c.claim.key == key).claim.direction == 'decrease' else 1.0
-        lo, hi = sorted((sign * low, sign * high))
-        flipped.append((key, [sign * d for d in diffs], lo, hi, margin))
-    P.plot_paired_differences(flipped, figs / 'claims.png',
+    P.plot_paired_differences(_signed_rows(claims), figs / 'claims.png',
                               title='Each claim: per-seed difference (dots) and 95 % interval (bar)',
                               xlabel='difference / margin, signed so that the paper\'s direction is positive')
     made.append('claims.png')

@@ -105,6 +105,8 @@ def claim_power(key: str, diffs: Sequence[float], margin: float, direction: str)
     """The power analysis of one claim from its per-seed differences (its first seeds)."""
     mean, sd, n = statistics.fmean(diffs), statistics.stdev(diffs), len(diffs)
     unchanged = direction == 'unchanged'
+    if sd == 0:  # every seed the same difference: the interval is that point, conclusive at any number of seeds
+        return ClaimPower(key, n, mean, sd, 1.0, 2 if mean != 0 else None, 2)
     return ClaimPower(key, n, mean, sd, settle_probability(mean, sd, n, margin, unchanged),
                       seeds_needed(lambda k: exclude_zero_probability(mean, sd, k)),
                       seeds_needed(lambda k: settle_probability(mean, sd, k, margin, unchanged)))

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-from claims import ClaimResult, evaluate
-from figures import STEM_LRS, draw_plots
-from plan import ARMS, CONVERGED_GAIN, CONVERGED_TAIL, EPOCHS, SAM_RHO, VIT_EPOCHS, Arm
+from claims import ClaimResult, evaluate, evaluate_extended
+from extended_report import extended_cell, extended_section, headline, powers
+from figures import STEM_LRS, draw_extended, draw_plots
+from plan import ARMS, CONVERGED_GAIN, CONVERGED_TAIL, EPOCHS, SAM_RHO, VIT_EPOCHS, Arm, extended_seeds
 from report_tables import (
     accuracy_table,
     claim_fmt,
@@ -31,7 +32,7 @@ from report_tables import (
     support_table,
 )
 from run_metrics import deep_layers, delta_pi, early_epoch, mean_over
-from run_results import Results, load_results, study_timing
+from run_results import Archive, Results, load_results, timing_of
 from why_failed import why_paragraphs
 
 from timm_ext.analysis.stats import VERDICT_RULE, format_difference, paired_difference
@@ -39,6 +40,8 @@ from timm_ext.machine import cpu_name
 
 FIGS = 'reproduction'
 PLAN_FILE = 'reproduction/plan.py'  # the pre-registration, from the repository's root
+# v3's runs (seeds 0-4), as its report gave them: revision 3 reads them back from measurements.json, not the cache
+V3_TIMING = dict(runs=109, run_min=234.0, first='2026-11-26 20:30', last='2026-11-26 22:36')
 
 
 def _plan_commit() -> str:
@@ -177,25 +180,58 @@ def _sections(r: Results, claims: Dict[str, ClaimResult], labels: Dict[str, str]
     return [x for x in lines if x is not None]
 
 
+def _timing_text(r_all: Results) -> str:
+    """Where the runs' CPU time went, from each run's recorded times; v3's runs (seeds 0-4, read back from its
+    measurements.json, which did not record them) as v3's report gave them."""
+    def when(t: float) -> str:
+        return time.strftime('%Y-%m-%d %H:%M', time.gmtime(t))
+
+    every = [x for ms in r_all.values() for m in ms for x in (*m.get('replaced', []), m)]
+    timing = timing_of(every)
+    untimed = sum('timing' not in m for m in every)
+    text = ''
+    if untimed:
+        text += (f' The {V3_TIMING["runs"]} runs of v3 (seeds 0-4, read back from its measurements.json) took '
+                 f'{V3_TIMING["run_min"]:.0f} min one core each, trained between {V3_TIMING["first"]} and '
+                 f'{V3_TIMING["last"]} UTC, as its report gave them.' if untimed == V3_TIMING['runs'] else
+                 f' {untimed} runs read back from an earlier report have no recorded times.')
+    if timing:
+        text += (f' {"The" if not untimed else "The other"} {timing["runs"]} runs took {timing["run_min"]:.0f} min '
+                 'one core each, training and measuring (each measuring process\'s start-up not counted), trained '
+                 f'between {when(timing["first"])} and {when(timing["last"])} UTC (from the files of the cache).')
+    return text
+
+
 def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: List[ClaimResult], figs: List[str],
                 command: str, wall_s: float, trained: int, load: Optional[Tuple[float, float]],
-                why: Optional[List[str]] = None, timing: Optional[Dict[str, float]] = None) -> str:
+                why: Optional[List[str]] = None, extended: Sequence[ClaimResult] = (),
+                r_ext: Optional[Results] = None, archived: bool = False, ext_cpu: Optional[str] = None) -> str:
     labels = {a.name: a.label for a in arms}
+    ext = {c.claim.key: c for c in extended}
+    power = powers(claims) if extended else {}
+    r_all = {**r, **(r_ext or {})}
     main = {a.name for a in ARMS}
     counts: Dict[str, int] = {}
     for c in claims:
         counts[c.label] = counts.get(c.label, 0) + 1
     runs = sum(len(v) for k, v in r.items() if k in main)
     conv = sum(bool(m['converged']) for k, v in r.items() if k in main for m in v)
+    most = max((c.n for c in extended), default=len(seeds))
     lines = [
         f'# The papers\' claims on real digits, trained to convergence, {len(seeds)} seeds'
+        + (f', up to {most} where more seeds can settle a claim' if extended else '')
         + ('' if conv == runs else f' ({conv} of {runs} runs converged)'), '',
         '[Docs index](index.md) · [analysis toolkit](analysis.md) · [statistics](analysis.md#comparing-two-arms)', '',
-        f'{len(claims)} claims: ' + ', '.join(f'{n} {k}' for k, n in sorted(counts.items())) + '. Each row is a '
+        headline(claims, ext) + ' Each row is a '
         'paired difference over the seeds (second arm minus first, same seed), its 95 % t interval, and the verdict '
-        'by the rule below. The last two columns are the verdicts of v2 (every arm 30 epochs, 5 seeds, the same '
+        'by the rule below'
+        + ('; the revision-3 column reads the claims within reach at the number of seeds fixed before their runs '
+           '([below](#more-seeds-where-more-seeds-can-settle-a-claim-revision-3))' if extended else '')
+        + '. The last two columns are the verdicts of v2 (every arm 30 epochs, 5 seeds, the same '
         'rule) and of v1 (6 epochs, 3 seeds, "holds in every seed").',
-        '', *claims_table(claims), '', f'![every claim, every seed]({FIGS}/claims.png)', '',
+        '', *claims_table(claims, {c.claim.key: extended_cell(c.claim.key, c, ext, power) for c in claims}
+                          if extended else None),
+        '', f'![every claim, every seed]({FIGS}/claims.png)', '',
         '**Verdict rule, fixed before the runs** (`reproduction/plan.py`, committed as '
         f'{_plan_commit()}, each revision before the runs it governs, as its docstring says): {VERDICT_RULE} A '
         'claim of no effect ("unchanged") is '
@@ -229,14 +265,13 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
         f'Regenerated by `{command}` on {time.strftime("%Y-%m-%d")}: timm {_version("timm")}, torch '
         f'{torch.__version__}, {os.cpu_count()} cores of {cpu_name()}; this invocation took {wall_s / 60:.1f} min '
         'and trained '
-        f'{trained} of the {sum(1 + len(m.get("replaced", [])) for v in r.values() for m in v)} runs (the others came '
-        'from the cache)'
-        + (f'; 5-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end.' if load else '.')
-        + (f' The {timing["runs"]} cached runs took {timing["run_min"]:.0f} min one core each, training and '
-           'measuring (each measuring process\'s start-up not counted); they were trained between '
-           f'{time.strftime("%Y-%m-%d %H:%M", time.gmtime(timing["first"]))} '
-           f'and {time.strftime("%Y-%m-%d %H:%M", time.gmtime(timing["last"]))} UTC (from the files of the cache: '
-           'one span only when the cache was filled by one study).' if timing else ''), '',
+        f'{trained} of the {sum(1 + len(m.get("replaced", [])) for v in r_all.values() for m in v)} runs (the others '
+        'came from the cache' + (' or were read back from the earlier report\'s measurements.json' if archived else '')
+        + ')' + (f'; 5-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end.' if load else '.')
+        + _timing_text(r_all), '',
+        *(extended_section(r_all, claims, ext, power, ext_cpu,
+                           [f'![each claim at 5 seeds and at its revision-3 seeds]({FIGS}/extended_claims.png)']
+                           if 'extended_claims.png' in figs else []) if extended else []),
         '## Accuracy of every run', '', *accuracy_table(r, [a for a in arms if a.name in main]), '',
         *not_converged(r, [a for a in arms if a.name in main]),
         *(['Supporting runs (`reproduction/supporting_runs.py`; no verdicts): v2\'s 30-epoch schedules of the ViTs '
@@ -247,28 +282,46 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
         *_sections(r, {c.claim.key: c for c in claims}, labels, figs),
     ]
     if why:
-        lines += ['## Why the claims that fail here fail', '', *why, '']
+        lines += ['## Why the claims that fail here fail', '',
+                  *(['These paragraphs read the 5-seed study (seeds 0-4); revision 3\'s readings at more seeds are in '
+                     'the section on it above.', ''] if extended else []), *why, '']
     lines += ['## Raw numbers', '', f'`docs/{FIGS}/measurements.json` holds every measurement of every run, with its '
               'train.py settings (`train_args`, from the run\'s `args.yaml`).', '']
     return '\n'.join(lines) + '\n'
 
 
 def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Path, command: str, wall_s: float,
-                 trained: int = 0, load: Optional[Tuple[float, float]] = None) -> Path:
-    """docs/reproduction.md, its plots and measurements.json from the cached runs in ``runs``."""
-    r = load_results(runs, arms, seeds)
+                 trained: int = 0, load: Optional[Tuple[float, float]] = None, archive: Optional[Archive] = None,
+                 extended: bool = False) -> Path:
+    """docs/reproduction.md, its plots and measurements.json from the cached runs in ``runs`` (and the runs of
+    ``archive`` that the cache does not hold); ``extended`` adds revision 3's claims at more seeds."""
+    r = load_results(runs, arms, seeds, archive)
     claims = evaluate(r)
-    figs = draw_plots(r, claims, docs / FIGS, {a.name: a.label for a in arms})
+    seeds_of = {a.name: (*seeds, *extended_seeds(a.name)) for a in arms if extended and extended_seeds(a.name)}
+    r_ext = load_results(runs, [a for a in arms if a.name in seeds_of], seeds, archive, seeds_of) if seeds_of else {}
+    ext = evaluate_extended(r_ext) if seeds_of else []
+    ext_timing = timing_of([m for name, ms in r_ext.items() for m in ms if m['seed'] not in seeds])
+    ext_cpu = (f'Revision 3 trained these {ext_timing["runs"]} runs in {ext_timing["run_min"]:.0f} min one core each, '
+               f'training and measuring, on {cpu_name()} ({os.cpu_count()} cores, 2 runs at a time), between '
+               f'{time.strftime("%Y-%m-%d %H:%M", time.gmtime(ext_timing["first"]))} and '
+               f'{time.strftime("%H:%M", time.gmtime(ext_timing["last"]))} UTC.' if ext_timing else None)
+    figs = draw_plots(r, claims, docs / FIGS, {a.name: a.label for a in arms}) + draw_extended(claims, ext, docs / FIGS)
+    power = powers(claims) if ext else {}
+    every = {**r, **r_ext}
     (docs / FIGS / 'measurements.json').write_text(json.dumps(dict(
         seeds=list(seeds), arms={a.name: dict(model=a.model, model_kwargs=a.model_kwargs, opt=a.opt,
                                               opt_kwargs=a.opt_kwargs, lr=a.lr, fraction=a.fraction,
-                                              epochs=a.epochs) for a in arms},
+                                              epochs=a.epochs, seeds=list(seeds_of.get(a.name, seeds))) for a in arms},
         claims={c.claim.key: dict(diffs=c.diff.diffs, mean=c.diff.mean, low=c.diff.low, high=c.diff.high,
                                   verdict=c.label, agree=c.agree, margin=c.claim.margin, direction=c.claim.direction)
                 for c in claims},
-        runs=r)))
+        extended_claims={c.claim.key: dict(seeds=c.n, diffs=c.diff.diffs, mean=c.diff.mean, low=c.diff.low,
+                                           high=c.diff.high, verdict=c.label, agree=c.agree) for c in ext},
+        power={k: dict(seeds=p.n, mean=p.mean, sd=p.sd, settle_now=p.settle_now, settle=p.settle,
+                       exclude_zero=p.exclude_zero) for k, p in power.items()},
+        runs=every)))
     path = docs / 'reproduction.md'
     path.write_text(report_text(r, arms, seeds, claims, figs, command, wall_s, trained, load,
-                                why=why_paragraphs(r, {c.claim.key: c for c in claims}),
-                                timing=study_timing(runs, arms, seeds)))
+                                why=why_paragraphs(r, {c.claim.key: c for c in claims}), extended=ext,
+                                r_ext=r_ext, archived=bool(archive), ext_cpu=ext_cpu))
     return path

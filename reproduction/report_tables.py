@@ -1,6 +1,6 @@
 """The report's tables and summary lines: claims, accuracy of every run, supporting runs, convergence."""
 import statistics
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from claims import ClaimResult
 from earlier_verdicts import V2_VERDICTS
@@ -31,14 +31,18 @@ def claim_fmt(claim: Claim) -> str:
     return '.2f' if claim.unit == ' pt' else '.3f'
 
 
-def claims_table(claims: List[ClaimResult]) -> List[str]:
-    lines = ['| claim | paper, where | our effect: mean [95 % CI] | margin | seeds agree | verdict | v2 (30 epochs) '
-             '| v1 (6 epochs, 3 seeds) |', '|---|---|---|---|---|---|---|---|']
+def claims_table(claims: List[ClaimResult], more: Optional[Dict[str, str]] = None) -> List[str]:
+    """One row per claim at the study's seeds; ``more`` adds revision 3's column (more seeds), by claim key."""
+    extra = ' more seeds (revision 3) |' if more is not None else ''
+    lines = ['| claim | paper, where | our effect: mean [95 % CI] | margin | seeds agree | verdict |' + extra
+             + ' v2 (30 epochs) | v1 (6 epochs, 3 seeds) |', '|---|---|---|---|---|---|' + ('---|' if extra else '')
+             + '---|---|']
     for c in claims:
         cl = c.claim
         text = cl.text[:1].upper() + cl.text[1:]
+        cell = f' {more.get(cl.key, "")} |' if more is not None else ''
         lines.append(f'| {text} | {cl.paper}, {cl.source} | {format_difference(c.diff, claim_fmt(cl), cl.unit)} | '
-                     f'±{cl.margin:g}{cl.unit} | {c.agree}/{c.n} | **{c.label}** | '
+                     f'±{cl.margin:g}{cl.unit} | {c.agree}/{c.n} | **{c.label}** |{cell} '
                      f'{V2_VERDICTS.get(cl.key, "not measured")} | {V1_VERDICTS.get(cl.key, "not measured")} |')
     return lines
 

@@ -7,7 +7,9 @@ finished run in its own process (``measure_run.py``), then writes ``docs/reprodu
 and ``docs/reproduction/measurements.json`` (``report.py``). It prints the plan and an ETA first.
 Finished runs and their measurements are kept in ``--runs`` and reused, so the same command resumes an
 interrupted study or, with everything cached, only regenerates the report. ``--dry-run`` prints the plan
-and stops; ``--report-only`` refuses to train.
+and stops; ``--report-only`` refuses to train. Runs that are not in ``--runs`` but in the last report's
+``measurements.json`` (``--archive``) are read back from it, not trained again; revision 3's extra seeds for
+the claims the power analysis put within reach (``plan.EXTENDED_SEEDS``) are part of the default plan.
 
 The claims, their directions, margins and the convergence rule live in ``plan.py``, fixed before the
 runs; ``supporting_runs.py`` adds the supporting runs that explain failed claims (``why_failed.py``),
@@ -21,8 +23,9 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from longer_schedules import doubled
-from plan import ARM_BY_NAME, EXTENDED_PAIRS, MAX_DOUBLINGS, SEEDS, Arm
-from study_jobs import StudyJob, extension_jobs, plan_jobs, run_jobs
+from plan import ARM_BY_NAME, EXTENDED_PAIRS, EXTENDED_SEEDS, MAX_DOUBLINGS, SEEDS, Arm, extended_seeds
+from run_results import Archive, load_archive
+from study_jobs import StudyJob, extended_jobs, extension_jobs, plan_jobs, run_jobs
 from supporting_runs import ALL_ARMS, SUPPORT_ARMS
 
 __all__ = ['main', 'print_plan']
@@ -40,18 +43,26 @@ def _eta_minutes(jobs: Sequence[StudyJob], lanes: int) -> float:
 
 
 def print_plan(jobs: Sequence[StudyJob], arms: Sequence[Arm], seeds: Sequence[int], lanes: int,
-               log: Callable[[str], None] = _print, longer: Sequence[StudyJob] = ()) -> None:
-    """What will run (per arm: seeds to train, seeds only to measure, seeds cached) and the ETA."""
+               log: Callable[[str], None] = _print, longer: Sequence[StudyJob] = (),
+               archived: Sequence[tuple] = (), extended: bool = False) -> None:
+    """What will run (per arm: seeds to train, seeds only to measure, seeds cached or archived) and the ETA."""
     support = sum(a in SUPPORT_ARMS for a in arms)
-    log(f'reproduction study: {len(arms)} arms ({support} of them supporting runs) x {len(seeds)} seeds = '
-        f'{len(arms) * len(seeds)} train.py runs')
+    seeds_of = {a.name: (*seeds, *(extended_seeds(a.name) if extended else ())) for a in arms}
+    total = sum(len(v) for v in seeds_of.values())
+    log(f'reproduction study: {len(arms)} arms ({support} of them supporting runs) x {len(seeds)} seeds'
+        + (f', and revision 3\'s extra seeds for {len(EXTENDED_SEEDS)} claims' if extended else '')
+        + f' = {total} train.py runs')
     for arm in arms:
         mine = [j for j in jobs if j.arm is arm]
         train = [j.seed for j in mine if j.trains]
         measure = [j.seed for j in mine if not j.trains]
-        cached = len(seeds) - len(mine)
+        old = sum((arm.name, seed) in archived for seed in seeds_of[arm.name] if seed not in train + measure)
+        cached = len(seeds_of[arm.name]) - len(mine) - old
         log(f'  {arm.name:<20} {arm.model:<24} {arm.opt:<9} lr {arm.lr:<6g} data {arm.fraction:<5g} '
-            f'{arm.epochs:>3} epochs: train {len(train)}, measure only {len(measure)}, cached {cached}')
+            f'{arm.epochs:>3} epochs: train {len(train)}, measure only {len(measure)}, cached {cached}'
+            + (f', archived {old}' if archived else '')
+            + (f' (seeds {len(seeds)}-{seeds_of[arm.name][-1]}: revision 3)' if len(seeds_of[arm.name]) > len(seeds)
+               else ''))
     names = {a.name for a in arms}
     pairs = [pair for pair in EXTENDED_PAIRS if all(n in names for n in pair)]
     for pair in pairs:
@@ -89,7 +100,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--runs', default=None, help='folder of the train.py runs and their measurements, reused '
                         '(default: $TIMM_EXT_CACHE/reproduction-v3-runs)')
     parser.add_argument('--docs', default='docs', help='folder that receives reproduction.md and reproduction/')
-    parser.add_argument('--seeds', type=int, nargs='+', default=list(SEEDS))
+    parser.add_argument('--seeds', type=int, nargs='+', default=None,
+                        help='the seeds of every arm (default: 0-4, and revision 3\'s extra seeds for its claims)')
     parser.add_argument('--arms', nargs='+', default=[a.name for a in ALL_ARMS],
                         help='subset of the arms (default: all, the supporting runs included)')
     parser.add_argument('--jobs', type=int, default=2, help='runs at a time (one thread each)')
@@ -97,6 +109,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--dry-run', action='store_true', help='print the plan and the ETA, run nothing')
     parser.add_argument('--report-only', action='store_true', help='regenerate the report from cached runs; '
                         'refuse if any run or measurement is missing')
+    parser.add_argument('--archive', default=None, help='an earlier report\'s measurements.json whose runs are read '
+                        'back instead of trained again (default: DOCS/reproduction/measurements.json if it exists)')
+    parser.add_argument('--no-archive', action='store_true', help='read no earlier report: train every run that is '
+                        'not in --runs')
     args = parser.parse_args(argv)
     names = {a.name for a in ALL_ARMS}
     unknown = [a for a in args.arms if a not in names]
@@ -105,14 +121,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.jobs < 1:
         parser.error(f'--jobs must be at least 1, got {args.jobs}')
     arms = [a for a in ALL_ARMS if a.name in args.arms]
+    extended = args.seeds is None
+    seeds = list(SEEDS) if extended else args.seeds
     from timm_ext.data import default_cache_dir
 
     runs = Path(args.runs).expanduser() if args.runs else default_cache_dir() / 'reproduction-v3-runs'
+    archive: Archive = {}
+    archive_path = Path(args.archive) if args.archive else Path(args.docs) / 'reproduction' / 'measurements.json'
+    if not args.no_archive and (args.archive or archive_path.is_file()):
+        try:
+            archive = load_archive(archive_path)
+        except ValueError as e:
+            parser.error(str(e))
     start = time.perf_counter()
     load_before = os.getloadavg()[1]
-    jobs = plan_jobs(runs, arms, args.seeds, args.timm_train)
-    jobs_after = [] if jobs else extension_jobs(runs, arms, args.seeds, args.timm_train)
-    print_plan(jobs, arms, args.seeds, args.jobs, longer=jobs_after)
+    jobs = plan_jobs(runs, arms, seeds, args.timm_train, set(archive))
+    if extended:
+        jobs += extended_jobs(runs, arms, args.timm_train, set(archive))
+    jobs_after = [] if jobs else extension_jobs(runs, arms, seeds, args.timm_train)
+    print_plan(jobs, arms, seeds, args.jobs, longer=jobs_after, archived=list(archive), extended=extended)
     if args.dry_run:
         return 0
     if (jobs or jobs_after) and args.report_only:
@@ -122,7 +149,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     to_train = sum(1 for j in jobs if j.trains)
     run_jobs(jobs, runs, args.jobs)
     for _ in range(MAX_DOUBLINGS):  # revision 2.4: the lr sweep's pair, seed by seed, until both runs converge
-        more = extension_jobs(runs, arms, args.seeds, args.timm_train)
+        more = extension_jobs(runs, arms, seeds, args.timm_train)
         if not more:
             break
         _print(f'{len(more)} run(s) at twice the schedule, where the lr sweep\'s pair missed the convergence rule: '
@@ -133,8 +160,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     command = 'python reproduction/reproduce.py ' + ' '.join(_public_argv(list(argv if argv is not None
                                                                                 else sys.argv[1:])))
-    path = write_report(runs, arms, args.seeds, Path(args.docs), command.strip(), wall_s=time.perf_counter() - start,
-                        trained=to_train, load=(load_before, os.getloadavg()[1]))
+    path = write_report(runs, arms, seeds, Path(args.docs), command.strip(), wall_s=time.perf_counter() - start,
+                        trained=to_train, load=(load_before, os.getloadavg()[1]), archive=archive,
+                        extended=extended)
     print(f'report: {path} ({time.perf_counter() - start:.0f} s in all)')
     return 0
 

@@ -2,11 +2,12 @@
 
 A run's measurements are ``timm_ext_measurements.json`` in its folder (``measure_run.py``); revision 2.4's
 longer schedules of the lr sweep's pair are read through :func:`longer_schedules.tried`, the runs they
-replace kept under ``replaced``.
+replace kept under ``replaced``. A run that is not in the cache is read back from an archive, the
+``measurements.json`` of an earlier report (revision 3 reuses seeds 0-4 that way instead of training them again).
 """
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 from longer_schedules import tried
@@ -14,13 +15,35 @@ from plan import MEASURE_FILE, Arm
 
 # every run's measurements, by arm, in seed order
 Results = Dict[str, List[Dict[str, Any]]]
+# an earlier report's runs, by (arm, seed)
+Archive = Dict[Tuple[str, int], Dict[str, Any]]
 
 
-def load_results(runs: Path, arms: Sequence[Arm], seeds: Sequence[int]) -> Results:
-    """Every run's measurements (and its train.py settings from ``args.yaml``), by arm, in seed order."""
+def load_archive(path: Path) -> Archive:
+    """The runs of an earlier report's ``measurements.json``, by (arm, seed), each as that report saved it."""
+    try:
+        saved = json.loads(Path(path).read_text())
+        return {(arm, int(m['seed'])): m for arm, runs in saved['runs'].items() for m in runs}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f'cannot read the archived runs in {path} ({type(e).__name__}: {e}): give the '
+                         f'measurements.json a report wrote, or --no-archive to train every run') from None
+
+
+def in_cache(runs: Path, arm: str, seed: int) -> bool:
+    """The run (its final schedule, for revision 2.4's pair) is measured in the cache folder ``runs``."""
+    return (tried(runs, arm, seed)[-1] / MEASURE_FILE).is_file()
+
+
+def load_results(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], archive: Optional[Archive] = None,
+                 seeds_of: Optional[Dict[str, Sequence[int]]] = None) -> Results:
+    """Every run's measurements (and its train.py settings from ``args.yaml``), by arm, in seed order: from the
+    cache, else from ``archive``. ``seeds_of`` gives an arm seeds of its own (revision 3's extended arms)."""
     out: Results = {}
     for arm in arms:
-        for seed in seeds:
+        for seed in (seeds_of or {}).get(arm.name, seeds):
+            if archive is not None and (arm.name, seed) in archive and not in_cache(runs, arm.name, seed):
+                out.setdefault(arm.name, []).append(dict(archive[arm.name, seed]))
+                continue
             runs_tried = [_load_run(d) for d in tried(runs, arm.name, seed)]  # revision 2.4: the shorter ones too
             m = runs_tried[-1]
             if len(runs_tried) > 1:
@@ -32,23 +55,32 @@ def load_results(runs: Path, arms: Sequence[Arm], seeds: Sequence[int]) -> Resul
 def _load_run(run_dir: Path) -> Dict[str, Any]:
     m = json.loads((run_dir / MEASURE_FILE).read_text())
     m['run'] = run_dir.name
+    timing = run_timing(run_dir)
+    if timing:
+        m['timing'] = timing
     args_file = run_dir / 'args.yaml'
     if args_file.is_file():
         m['train_args'] = yaml.safe_load(args_file.read_text())
     return m
 
 
-def study_timing(runs: Path, arms: Sequence[Arm], seeds: Sequence[int]) -> Dict[str, float]:
-    """When the cached runs were made, from their files: the first run's start (train.py's ``args.yaml``) to the last
-    measurement, and the sum over runs of training (``args.yaml`` to the last ``summary.csv`` row) and measuring
-    (the measurement's own clock), one core each. A cache filled by several studies (cached runs reused, runs
-    measured again) spans all of them, so the report states the span, not a study's duration."""
-    starts, ends, busy = [], [], 0.0
-    for d in (d for arm in arms for seed in seeds for d in tried(runs, arm.name, seed)):
-        start = (d / 'args.yaml').stat().st_mtime
-        starts.append(start)
-        ends.append((d / MEASURE_FILE).stat().st_mtime)
-        busy += max(0.0, (d / 'summary.csv').stat().st_mtime - start)
-        busy += float(json.loads((d / MEASURE_FILE).read_text()).get('measure_wall_s', 0.0))
-    return dict(wall_min=(max(ends) - min(starts)) / 60, run_min=busy / 60, runs=len(starts), first=min(starts),
-                last=max(ends))
+def run_timing(run_dir: Path) -> Optional[Dict[str, float]]:
+    """When a cached run was made, from its files: its start (train.py's ``args.yaml``), its end (the measurement)
+    and its CPU time, one core: training (``args.yaml`` to the last ``summary.csv`` row) plus measuring (the
+    measurement's own clock; the measuring process's start-up not counted). None without those files."""
+    files = [run_dir / name for name in ('args.yaml', 'summary.csv', MEASURE_FILE)]
+    if not all(f.is_file() for f in files):
+        return None
+    start, trained, end = (f.stat().st_mtime for f in files)
+    measure = float(json.loads(files[2].read_text()).get('measure_wall_s', 0.0))
+    return dict(start=start, end=end, cpu_s=max(0.0, trained - start) + measure)
+
+
+def timing_of(ms: Sequence[Dict[str, Any]]) -> Optional[Dict[str, float]]:
+    """The runs' CPU time (minutes, one core each) and span, from each run's ``timing`` (the runs it replaced
+    included); runs without one (read back from a report that did not record it) are not counted."""
+    times = [t for m in ms for x in (*m.get('replaced', []), m) for t in [x.get('timing')] if t]
+    if not times:
+        return None
+    return dict(runs=len(times), run_min=sum(t['cpu_s'] for t in times) / 60, first=min(t['start'] for t in times),
+                last=max(t['end'] for t in times))

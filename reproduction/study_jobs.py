@@ -10,17 +10,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import AbstractSet, Callable, List, Optional, Sequence, Tuple
 
 from longer_schedules import pending, run_dir
-from plan import IMAGE_SIZE, MEASURE_FILE, TRAIN_ARGS, Arm
+from plan import IMAGE_SIZE, MEASURE_FILE, TRAIN_ARGS, Arm, extended_seeds
 
 from timm_ext.demo.runner import Job, Progress, read_summary, thread_env
 from timm_ext.demo.runner import run_jobs as run_processes
 from timm_ext.demo.train_runs import TrainRun, train_command
 
-__all__ = ['MEASURE_SCRIPT', 'StudyJob', 'extension_jobs', 'measured', 'plan_jobs', 'run_jobs', 'train_args',
-           'trained', 'training']
+__all__ = ['MEASURE_SCRIPT', 'StudyJob', 'extended_jobs', 'extension_jobs', 'measured', 'plan_jobs', 'run_jobs',
+           'train_args', 'trained', 'training']
 
 MEASURE_SCRIPT = Path(__file__).resolve().parent / 'measure_run.py'
 
@@ -76,14 +76,18 @@ class StudyJob:
                    self.arm.epochs, self.cost / max(1, self.arm.epochs), tuple(self.commands[1:]))
 
 
-def plan_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], timm_train: Optional[str]) -> List[StudyJob]:
-    """The work not cached yet, seed by seed in ``arms`` order (an interrupted study has whole seeds)."""
+def plan_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], timm_train: Optional[str],
+              archived: AbstractSet[Tuple[str, int]] = frozenset()) -> List[StudyJob]:
+    """The work not cached yet, seed by seed in ``arms`` order (an interrupted study has whole seeds); an (arm, seed)
+    in ``archived`` is read back from an earlier report unless the cache has begun it."""
     from timm_ext.data import digits_image_folder, digits_subset_folder
 
     jobs, script = [], None
     for seed in seeds:
         for arm in arms:
             folder = run_dir(runs, arm.name, seed)
+            if (arm.name, seed) in archived and not folder.exists():
+                continue
             commands, cost = [], 0.0
             if not trained(folder, arm.epochs):
                 data = (digits_subset_folder(arm.fraction, size=IMAGE_SIZE) if arm.fraction < 1
@@ -98,6 +102,15 @@ def plan_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], timm_train:
             if commands:
                 jobs.append(StudyJob(arm, seed, folder, commands, cost))
     return jobs
+
+
+def extended_jobs(runs: Path, arms: Sequence[Arm], timm_train: Optional[str],
+                  archived: AbstractSet[Tuple[str, int]] = frozenset()) -> List[StudyJob]:
+    """Revision 3: each arm's extra seeds for the claims read at more seeds, seed by seed (the claims that need the
+    fewest seeds are complete first)."""
+    extra = sorted({seed for arm in arms for seed in extended_seeds(arm.name)})
+    return [job for seed in extra for job in plan_jobs(
+        runs, [a for a in arms if seed in extended_seeds(a.name)], [seed], timm_train, archived)]
 
 
 def extension_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int],

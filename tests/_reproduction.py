@@ -13,9 +13,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'reproduction'))
 
 import claims  # noqa: E402
+import extended_report  # noqa: E402
 import longer_schedules  # noqa: E402
 import measure_run  # noqa: E402
 import plan  # noqa: E402
+import power  # noqa: E402
 import report  # noqa: E402
 import report_tables  # noqa: E402
 import reproduce  # noqa: E402
@@ -24,9 +26,9 @@ import run_results  # noqa: E402
 import study_jobs  # noqa: E402
 import supporting_runs  # noqa: E402
 
-__all__ = ['TRAIN_PY', 'claims', 'fake_run', 'fake_runs', 'longer_schedules', 'measure_run', 'plan', 'report',
-           'report_tables', 'reproduce', 'run_metrics', 'run_results', 'study_jobs', 'supporting_runs', 'tiny_folder',
-           'write_run']
+__all__ = ['TRAIN_PY', 'claims', 'extended_report', 'fake_run', 'fake_runs', 'longer_schedules', 'measure_run', 'plan',
+           'power', 'report', 'report_tables', 'reproduce', 'run_metrics', 'run_results', 'study_jobs',
+           'supporting_runs', 'tiny_folder', 'write_run']
 
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
 _SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'

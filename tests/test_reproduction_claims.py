@@ -34,3 +34,16 @@ def test_unchanged_verdict_branches():
     assert claims.unchanged_verdict(inside, 0.02) == ('reproduced', 3)
     assert claims.unchanged_verdict(beyond, 0.02) == ('not reproduced', 0)
     assert claims.unchanged_verdict(wide, 0.02) == ('inconclusive', 0)
+
+
+def test_extended_claims_are_read_at_exactly_their_fixed_seeds(tmp_path):
+    seeds = range(18)
+    r = run_results.load_results(fake_runs(tmp_path / 'runs', seeds=seeds), plan.ARMS, list(seeds))
+    found = {c.claim.key: c for c in claims.evaluate_extended(r)}
+    assert {k: c.n for k, c in found.items()} == plan.EXTENDED_SEEDS  # the 18 seeds there are not all read
+    assert found['sam_vit_top1'].diff.diffs == (2.0,) * 16 and found['sam_vit_top1'].label == 'reproduced'
+    short = {a: ms[:13] if a == 'resnet' else ms for a, ms in r.items()}
+    with pytest.raises(ValueError, match=r'claim sam_vit_gain_larger is read at 14 seeds \(plan revision 3\) but '
+                                         r'these arms have fewer: resnet \(13\); train them first'):
+        claims.evaluate_extended(short)
+    assert claims.evaluate_extended({'vit_cb': r['vit_cb']}) == []  # a study without the claims' arms

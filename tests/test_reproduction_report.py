@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from _reproduction import fake_runs, plan, report, supporting_runs
+from _reproduction import fake_runs, plan, report, run_results, supporting_runs, write_run
 
 
 @pytest.mark.slow
@@ -22,7 +22,7 @@ def test_report_from_cached_runs(tmp_path):
             '60 epochs +0.00 pt') in text
     assert '| 1.5e-3 | 60 |' in text and '| 1e-3 | 60 |' in text  # the lr table names each row's schedule
     # a cache can hold runs of several studies: the report gives their span and run time, not a study's duration
-    assert 'cached runs took 0 min one core each' in text and 'From a clean cache' not in text
+    assert 'The 63 runs took 0 min one core each' in text and 'From a clean cache' not in text
     for png in ('claims.png', 'sam_activity.png', 'cb_cls_entropy.png', 'hessian_spectrum.png',
                 'stem_top1_lr1.5e-3.png', 'alternet_variance.png', 'sam_top1_fraction.png'):
         assert f'(reproduction/{png})' in text and (tmp_path / 'docs' / 'reproduction' / png).is_file()
@@ -41,3 +41,39 @@ def test_report_from_cached_runs(tmp_path):
     assert saved['runs']['vit'][1]['train_args'] == {'model': 'vit_tiny_patch16_224', 'seed': 1}
     assert saved['claims']['sam_vit_top1']['verdict'] == 'reproduced'
     assert saved['arms']['vit_half']['epochs'] == 2 * plan.VIT_EPOCHS
+
+
+@pytest.mark.slow
+def test_report_reads_seeds_0_4_back_and_shows_revision_3_beside_them(tmp_path):
+    pytest.importorskip('matplotlib')
+    first = report.write_report(fake_runs(tmp_path / 'v3-runs', seeds=plan.SEEDS), supporting_runs.ALL_ARMS,
+                                list(plan.SEEDS), tmp_path / 'v3', 'python reproduction/reproduce.py', wall_s=1.0)
+    archive = run_results.load_archive(first.parent / 'reproduction' / 'measurements.json')
+    runs = tmp_path / 'runs'  # a fresh cache: only revision 3's seeds are trained there
+    for arm in plan.ARMS:
+        for seed in plan.extended_seeds(arm.name):
+            write_run(runs, arm, seed)
+    text = report.write_report(runs, supporting_runs.ALL_ARMS, list(plan.SEEDS), tmp_path / 'docs',
+                               'python reproduction/reproduce.py', wall_s=1.0, archive=archive,
+                               extended=True).read_text()
+    assert text.splitlines()[0] == ('# The papers\' claims on real digits, trained to convergence, 5 seeds, up to 16 '
+                                    'where more seeds can settle a claim')
+    rows = [line for line in text.splitlines() if line.startswith('| SAM raises the ViT\'s top-1 |')]
+    assert rows[0] == ('| SAM raises the ViT\'s top-1 | vit-sam, Sec. 4, Table 2 | +2.00 pt [+2.00 pt, +2.00 pt] | '
+                       '±1 pt | 5/5 | **reproduced** | 16 seeds: +2.00 pt [+2.00 pt, +2.00 pt], 16/16 agree, '
+                       '**reproduced** | inconclusive | not measured |')
+    assert '| CB raises top-1 |' in text and '| settled at 5 seeds |' in text
+    assert 'trained 0 of the 149 runs (the others came from the cache or were read back from the earlier report' in text
+    assert 'The 149 runs took 0 min one core each' in text  # the archived fake runs kept their times
+    assert '## More seeds where more seeds can settle a claim (revision 3)' in text
+    assert '(reproduction/extended_claims.png)' in text and (tmp_path / 'docs' / 'reproduction' /
+                                                              'extended_claims.png').is_file()
+    assert 'Revision 3 trained these 44 runs in 0 min one core each' in text
+    saved = json.loads((tmp_path / 'docs' / 'reproduction' / 'measurements.json').read_text())
+    assert [m['seed'] for m in saved['runs']['vit']] == list(range(16)) and len(saved['runs']['vit_cb']) == 5
+    assert saved['arms']['resnet']['seeds'] == list(range(14))
+    assert saved['extended_claims']['sam_vit_gain_larger']['seeds'] == 14
+    assert saved['power']['sam_vit_top1'] == dict(seeds=5, mean=2.0, sd=0.0, settle_now=1.0, settle=2, exclude_zero=2)
+    # the saved report is the next one's archive: nothing is trained again from an empty cache
+    again = run_results.load_archive(tmp_path / 'docs' / 'reproduction' / 'measurements.json')
+    assert len(again) == len(archive) + 44

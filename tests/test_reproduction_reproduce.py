@@ -1,8 +1,9 @@
 """reproduction/reproduce.py: the plan printed with its ETA, --report-only refusals, the doublings, the report."""
+import json
 import os
 
 import pytest
-from _reproduction import TRAIN_PY, fake_runs, measure_run, plan, reproduce, write_run
+from _reproduction import TRAIN_PY, fake_run, fake_runs, measure_run, plan, reproduce, write_run
 from conftest import require_timm_script
 
 
@@ -13,7 +14,7 @@ def test_report_only_refuses_when_runs_are_missing(tmp_path, monkeypatch, capsys
     os.remove(runs / 'vit_sam-s0' / measure_run.MEASURE_FILE)  # trained, not measured
     with pytest.raises(SystemExit):
         reproduce.main(['--runs', str(runs), '--arms', 'vit', 'vit_sam', '--seeds', '0', '1', '--report-only',
-                        '--timm-train', str(TRAIN_PY)])
+                        '--timm-train', str(TRAIN_PY), '--no-archive'])
     err = capsys.readouterr()
     lines = {line.split()[0]: line for line in err.out.splitlines()[1:3]}
     assert lines['vit'].endswith('60 epochs: train 1, measure only 0, cached 1')
@@ -37,7 +38,7 @@ def test_report_only_refuses_while_the_lr_sweep_pair_must_train_again(tmp_path, 
     write_run(runs, plan.ARM_BY_NAME[b], 0, gain=1.1)  # the conv stem misses the rule
     with pytest.raises(SystemExit):
         reproduce.main(['--runs', str(runs), '--arms', a, b, '--seeds', '0', '--report-only',
-                        '--timm-train', str(TRAIN_PY)])
+                        '--timm-train', str(TRAIN_PY), '--no-archive'])
     err = capsys.readouterr()
     assert 'trains both again at twice the schedule (revision 2.4; up to 2 times)' in err.out
     assert f'the plan is cached; first 2 run(s) at a longer schedule (revision 2.4: {a}_x2-s0, {b}_x2-s0)' in err.out
@@ -66,3 +67,26 @@ def test_main_trains_the_pair_again_then_writes_the_report(tmp_path, monkeypatch
            f'{b}_x2-s0' in capsys.readouterr().out
     text = (tmp_path / 'docs' / 'reproduction.md').read_text()
     assert '| 0.0015 | 1 | 120 (seed 1: 60) |' in text and 'trained 2 of the 6 runs' in text
+
+
+def test_default_plan_reads_the_archive_and_adds_revision_3s_seeds(tmp_path, monkeypatch, capsys):
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    archive = tmp_path / 'docs' / 'reproduction' / 'measurements.json'
+    archive.parent.mkdir(parents=True)
+    archive.write_text(json.dumps(dict(runs={name: [fake_run(plan.ARM_BY_NAME[name], s) for s in range(6)]
+                                             for name in ('vit', 'vit_sam', 'vit_cb')})))
+    argv = ['--runs', str(tmp_path / 'runs'), '--arms', 'vit', 'vit_sam', 'vit_cb', '--docs', str(tmp_path / 'docs'),
+            '--timm-train', str(TRAIN_PY), '--dry-run']
+    assert reproduce.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ('reproduction study: 3 arms (0 of them supporting runs) x 5 seeds, and revision 3\'s extra seeds '
+                      'for 4 claims = 37 train.py runs')
+    assert out[1].endswith('60 epochs: train 10, measure only 0, cached 0, archived 6 (seeds 5-15: revision 3)')
+    assert out[3].endswith('60 epochs: train 0, measure only 0, cached 0, archived 5')  # CB: seeds 0-4 only
+    assert reproduce.main(argv + ['--no-archive']) == 0  # every run trained
+    assert capsys.readouterr().out.splitlines()[3].endswith('60 epochs: train 5, measure only 0, cached 0')
+    archive.write_text('{}')
+    with pytest.raises(SystemExit):
+        reproduce.main(argv)
+    assert "cannot read the archived runs in " in capsys.readouterr().err

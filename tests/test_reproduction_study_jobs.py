@@ -35,6 +35,21 @@ def test_plan_reuses_cached_runs(tmp_path, monkeypatch):
     assert jobs[0].commands[0][-3:] == [str(runs / 'vit_sam-s0'), 'vit_sam', '0']
 
 
+def test_archived_runs_are_not_trained_again_and_revision_3_goes_seed_by_seed(tmp_path, monkeypatch):
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    runs = tmp_path / 'runs'
+    arms = [plan.ARM_BY_NAME[n] for n in ('vit', 'vit_sam', 'vit_cb')]
+    archived = {(a.name, s) for a in arms for s in plan.SEEDS} | {('vit', 5)}
+    assert study_jobs.plan_jobs(runs, arms, list(plan.SEEDS), str(TRAIN_PY), archived) == []
+    (runs / 'vit-s3').mkdir(parents=True)  # begun in the cache (an interrupted run): trained again, not read back
+    assert [j.key for j in study_jobs.plan_jobs(runs, arms, list(plan.SEEDS), str(TRAIN_PY), archived)] == ['vit-s3']
+    jobs = study_jobs.extended_jobs(runs, arms, str(TRAIN_PY), archived)
+    # seeds 5-15 of the ViT pair (CB has no extended claim), seed by seed; vit-s5 is archived
+    assert [j.key for j in jobs][:5] == ['vit_sam-s5', 'vit-s6', 'vit_sam-s6', 'vit-s7', 'vit_sam-s7']
+    assert len(jobs) == 2 * 11 - 1 and jobs[-1].key == 'vit_sam-s15' and all(j.trains for j in jobs)
+
+
 def test_run_jobs_runs_each_jobs_commands_in_order_and_names_the_failed_ones(tmp_path):
     arm = plan.ARM_BY_NAME['vit']
     ok_dir, bad_dir = tmp_path / 'runs' / 'vit-s0', tmp_path / 'runs' / 'vit-s1'

@@ -1,0 +1,143 @@
+"""The report's revision-3 parts: each extended claim beside its 5-seed reading, and the power analysis of every claim.
+
+Revision 3 of the plan fixed, before its runs, how many seeds each claim within reach is read at
+(``plan.EXTENDED_SEEDS``, from ``power.py`` on the 5 seeds); :func:`claims.evaluate_extended` reads them. This
+module writes what the report shows of it: the claims table's extra column, the headline, the section with the
+power table, the per-seed values and the runs' accuracy.
+"""
+from typing import Dict, List, Optional, Sequence
+
+from claims import ClaimResult
+from measure_run import tail_gain
+from plan import ARM_BY_NAME, EXTENDED_SEEDS, POWER, REACH, SEEDS, extended_seeds
+from power import MAX_SEEDS, ClaimPower, claim_power
+from report_tables import claim_fmt, mean_sd, seed_values
+from run_metrics import metric_fn
+from run_results import Results
+
+from timm_ext.analysis.stats import format_difference
+
+__all__ = ['extended_cell', 'extended_section', 'headline', 'powers']
+
+
+def powers(claims: Sequence[ClaimResult]) -> Dict[str, ClaimPower]:
+    """The power analysis of every claim from its 5-seed differences (the numbers revision 3 was fixed from)."""
+    return {c.claim.key: claim_power(c.claim.key, c.diff.diffs[:len(SEEDS)], c.claim.margin, c.claim.direction)
+            for c in claims}
+
+
+def _needed(n: Optional[int]) -> str:
+    return f'over {MAX_SEEDS}' if n is None else str(n)
+
+
+def _reading(c: ClaimResult) -> str:
+    return f'{format_difference(c.diff, claim_fmt(c.claim), c.claim.unit)}, {c.agree}/{c.n} agree, **{c.label}**'
+
+
+def extended_cell(key: str, five: ClaimResult, extended: Dict[str, ClaimResult], power: Dict[str, ClaimPower]) -> str:
+    """The claims table's revision-3 column: the extended reading, or why a claim got no more seeds."""
+    if key in extended:
+        return f'{extended[key].n} seeds: {_reading(extended[key])}'
+    if five.label != 'inconclusive':
+        return 'settled at 5 seeds'
+    p = power[key]
+    if p.settle is not None and p.settle <= REACH:
+        return f'within reach ({p.settle} seeds), not in revision 3'
+    return f'out of reach: {_needed(p.settle)} seeds'
+
+
+def headline(claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult]) -> str:
+    """The summary after the title: the verdicts at 5 seeds, then with revision 3's readings in their place."""
+    def counts(labels: Sequence[str]) -> str:
+        out: Dict[str, int] = {}
+        for label in labels:
+            out[label] = out.get(label, 0) + 1
+        return ', '.join(f'{n} {k}' for k, n in sorted(out.items()))
+
+    five = [c.label for c in claims]
+    text = f'{len(claims)} claims at 5 seeds: {counts(five)}.'
+    if not extended:
+        return text
+    now = [extended[c.claim.key].label if c.claim.key in extended else c.label for c in claims]
+    seeds = sorted({c.n for c in extended.values()}, reverse=True)
+    text += (f' With more seeds for the {len(extended)} claims that the power analysis put within reach (revision 3: '
+             f'{", ".join(map(str, seeds))} seeds, fixed before the runs): {counts(now)}.')
+    sam = extended.get('sam_vit_top1')
+    five_sam = next((c for c in claims if c.claim.key == 'sam_vit_top1'), None)
+    if sam is not None and five_sam is not None:
+        text += (f' The vit-sam paper\'s headline, SAM raises the ViT\'s top-1: '
+                 f'{format_difference(sam.diff, ".2f", " pt")} over {sam.n} seeds, {sam.agree}/{sam.n} agree, '
+                 f'**{sam.label}** (5 seeds: {format_difference(five_sam.diff, ".2f", " pt")}, {five_sam.label}).')
+    return text
+
+
+def _per_seed(r: Results, c: ClaimResult) -> List[str]:
+    """A claim's values per seed: each arm's (or each pair's difference) and the difference the claim reads."""
+    claim, n = c.claim, c.n
+    fn = metric_fn(claim.metric, r)
+    fmt = '.1f' if claim.unit == ' pt' else '.3f'
+    rows = []
+    for side in (claim.a, claim.b):
+        if isinstance(side, tuple):
+            first, second = side
+            values = [fn(y) - fn(x) for x, y in zip(r[first][:n], r[second][:n])]
+            name = f'{ARM_BY_NAME[second].label} - {ARM_BY_NAME[first].label}'
+        elif side is not None:
+            values = [fn(m) for m in r[side][:n]]
+            name = ARM_BY_NAME[side].label
+        else:
+            continue
+        rows.append(f'{name}: {mean_sd(values, fmt)} ({seed_values(values, fmt)})')
+    diffs = ', '.join(f'{d:+{fmt}}' for d in c.diff.diffs)
+    return rows + [f'difference per seed: {diffs}']
+
+
+def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult],
+                     power: Dict[str, ClaimPower], cpu: Optional[str], img: List[str]) -> List[str]:
+    """The section on revision 3: the power analysis, each extended claim beside its 5-seed reading, the new runs."""
+    five = {c.claim.key: c for c in claims}
+    lines = ['## More seeds where more seeds can settle a claim (revision 3)', '',
+             f'At 5 seeds {sum(c.label == "inconclusive" for c in claims)} claims were inconclusive. For each, '
+             '`reproduction/power.py` assumes the per-seed differences are normal with the mean and standard '
+             'deviation of the 5 seeds, and finds the fewest seeds at which the verdict rule gives a conclusive '
+             f'verdict (anything but inconclusive) with {POWER:.0%} probability, and the fewest at which the interval '
+             f'lies beside 0 with {POWER:.0%} probability. Revision 3 of the plan (committed before its runs, see '
+             'its docstring) took the claims within '
+             f'{REACH} seeds, fixed each one\'s number of seeds, and reads each claim once at exactly that number; '
+             'both verdicts are shown, and the rule is the one above. The 5-seed effect is itself a noisy estimate, '
+             'so the real power can be lower than planned.', '',
+             '| claim | 5 seeds: mean [95 % CI], verdict | P(conclusive) at 5 | seeds for a conclusive verdict | '
+             'seeds for an interval beside 0 | revision 3 |', '|---|---|---|---|---|---|']
+    for c in claims:
+        if c.label != 'inconclusive':
+            continue
+        p = power[c.claim.key]
+        text = c.claim.text[:1].upper() + c.claim.text[1:]
+        lines.append(f'| {text} | {format_difference(c.diff, claim_fmt(c.claim), c.claim.unit)}, {c.label} | '
+                     f'{p.settle_now:.2f} | {_needed(p.settle)} | {_needed(p.exclude_zero)} | '
+                     f'{extended_cell(c.claim.key, c, extended, power)} |')
+    lines.append('')
+    for key, e in extended.items():
+        text = e.claim.text[:1].upper() + e.claim.text[1:]
+        lines += [f'**{text}** ({e.claim.paper}, {e.claim.source}). 5 seeds: {_reading(five[key])}. '
+                  f'{e.n} seeds (fixed at {EXTENDED_SEEDS[key]}): {_reading(e)}.', '',
+                  *[f'- {row}' for row in _per_seed(r, e)], '']
+    lines += img
+    new = [(name, seeds) for name in r for seeds in [extended_seeds(name)] if seeds]
+    if new:
+        lines += ['', 'The new seeds\' runs (the study\'s settings and convergence rule; seeds 0-4 are read back from '
+                  'the earlier report, not trained again):', '',
+                  '| arm | new seeds | top-1, last epoch | per seed | converged |', '|---|---|---|---|---|']
+        for name, seeds in new:
+            ms = [m for m in r[name] if m['seed'] in seeds]
+            top1 = [m['top1'] for m in ms]
+            lines.append(f'| {ARM_BY_NAME[name].label} | {seeds[0]}-{seeds[-1]} | {mean_sd(top1)} % | '
+                         f'{seed_values(top1)} | {sum(bool(m["converged"]) for m in ms)}/{len(ms)} |')
+        missed = [f'{name} seed {m["seed"]} (+{tail_gain(m["top1_curve"]):.1f})' for name, seeds in new
+                  for m in r[name] if m['seed'] in seeds and not m['converged']]
+        if missed:
+            lines += ['', f'Runs that miss the convergence rule (named, not replaced, as revision 3 fixed): '
+                      f'{", ".join(missed)}.']
+        if cpu:
+            lines += ['', cpu]
+    return lines + ['']
