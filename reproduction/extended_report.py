@@ -76,6 +76,9 @@ def _per_seed(r: Results, c: ClaimResult) -> List[str]:
     claim, n = c.claim, c.n
     fn = metric_fn(claim.metric, r)
     fmt = '.1f' if claim.unit == ' pt' else '.3f'
+    def signed(values: Sequence[float], sign: str = '') -> str:  # -0.0 from float noise prints as 0.0
+        return ', '.join(f'{round(v, int(fmt[1])) + 0.0:{sign}{fmt}}' for v in values)
+
     rows = []
     for side in (claim.a, claim.b):
         if isinstance(side, tuple):
@@ -87,9 +90,8 @@ def _per_seed(r: Results, c: ClaimResult) -> List[str]:
             name = ARM_BY_NAME[side].label
         else:
             continue
-        rows.append(f'{name}: {mean_sd(values, fmt)} ({seed_values(values, fmt)})')
-    diffs = ', '.join(f'{d:+{fmt}}' for d in c.diff.diffs)
-    return rows + [f'difference per seed: {diffs}']
+        rows.append(f'{name}: {mean_sd(values, fmt)} ({signed(values)})')
+    return rows + [f'difference per seed: {signed(c.diff.diffs, "+")}']
 
 
 def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult],
@@ -100,9 +102,9 @@ def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[s
              f'At 5 seeds {sum(c.label == "inconclusive" for c in claims)} claims were inconclusive. For each, '
              '`reproduction/power.py` assumes the per-seed differences are normal with the mean and standard '
              'deviation of the 5 seeds, and finds the fewest seeds at which the verdict rule gives a conclusive '
-             f'verdict (anything but inconclusive) with {POWER:.0%} probability, and the fewest at which the interval '
-             f'lies beside 0 with {POWER:.0%} probability. Revision 3 of the plan (committed before its runs, see '
-             'its docstring) took the claims within '
+             f'verdict (anything but inconclusive) with {POWER * 100:.0f} % probability, and the fewest at which the '
+             f'interval lies beside 0 with {POWER * 100:.0f} % probability. Revision 3 of the plan (committed '
+             'before its runs, see its docstring) took the claims within '
              f'{REACH} seeds, fixed each one\'s number of seeds, and reads each claim once at exactly that number; '
              'both verdicts are shown, and the rule is the one above. The 5-seed effect is itself a noisy estimate, '
              'so the real power can be lower than planned.', '',
