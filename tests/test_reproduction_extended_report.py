@@ -1,6 +1,5 @@
 """reproduction/extended_report.py: revision 3 in the report, each extended claim beside its 5-seed reading."""
-import pytest
-from _reproduction import claims, extended_report, fake_runs, plan, run_results
+from _reproduction import claims, extended_report, fake_runs, plan, power, run_results
 
 from timm_ext.analysis.stats import paired_difference
 
@@ -41,9 +40,9 @@ def test_section_gives_the_power_table_the_per_seed_values_and_the_new_runs(tmp_
     r = run_results.load_results(fake_runs(tmp_path / 'runs', seeds=seeds), plan.ARMS, seeds)
     five = claims.evaluate({a: ms[:5] for a, ms in r.items()})
     ext = {c.claim.key: c for c in claims.evaluate_extended(r)}
-    power = {c.claim.key: pytest.importorskip('_reproduction').power.claim_power(
-        c.claim.key, [0.1, 0.2, -0.1, 0.3, 0.05], c.claim.margin, c.claim.direction) for c in five}
-    lines = extended_report.extended_section(r, five, ext, power, 'Revision 3 trained these runs.', ['![x](x.png)'])
+    powers = {c.claim.key: power.claim_power(c.claim.key, [0.1, 0.2, -0.1, 0.3, 0.05], c.claim.margin,
+                                             c.claim.direction) for c in five}
+    lines = extended_report.extended_section(r, five, ext, powers, 'Revision 3 trained these runs.', ['![x](x.png)'])
     assert lines[0] == '## More seeds where more seeds can settle a claim (revision 3)'
     assert '**SAM raises the ViT\'s top-1** (vit-sam, Sec. 4, Table 2). 5 seeds: +2.00 pt [+2.00 pt, +2.00 pt], ' \
            '5/5 agree, **reproduced**. 16 seeds (fixed at 16): +2.00 pt [+2.00 pt, +2.00 pt], 16/16 agree, ' \
@@ -54,6 +53,6 @@ def test_section_gives_the_power_table_the_per_seed_values_and_the_new_runs(tmp_
     assert not any(line.startswith('Runs that miss') for line in lines)
     r['vit_convstem'][6]['converged'] = False  # seed 6 of the conv stem misses the rule: named
     r['vit_convstem'][6]['top1_curve'] = [90.0] * 48 + [91.0] * 12
-    lines = extended_report.extended_section(r, five, ext, power, None, [])
+    lines = extended_report.extended_section(r, five, ext, powers, None, [])
     assert ('Runs that miss the convergence rule (named, not replaced, as revision 3 fixed): vit_convstem seed 6 '
             '(+1.0).') in lines
