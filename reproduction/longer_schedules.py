@@ -1,16 +1,17 @@
-"""Revision 2.4's rule: a seed whose lr-sweep pair misses the convergence rule trains again at twice the schedule.
+"""Revisions 2.4 and 3.1: a seed whose group of arms misses the convergence rule trains again at twice the schedule.
 
-For each pair of ``plan.EXTENDED_PAIRS`` and each seed, the schedules are tried in order (``VIT_EPOCHS``,
-then 2x, 4x ... up to ``MAX_DOUBLINGS`` doublings), both arms of the pair at each; the seed's runs are those of the
-first schedule where both meet the rule, or of the longest one tried. Every run keeps its own folder
-(``<arm>-s<seed>``, ``<arm>_x2-s<seed>``, ...), so nothing trained is replaced.
+A seed's group is the lr sweep's pair (``plan.EXTENDED_PAIRS``, revision 2.4) or, at revision 3's new seeds, the
+ViT arms of ``plan.EXTENDED_GROUP`` that are trained for that seed (revision 3.1). The schedules are tried in order
+(the arm's own, then 2x, 4x ... up to ``MAX_DOUBLINGS`` doublings), every arm of the group at each; the seed's runs
+are those of the first schedule where all of them meet the rule, or of the longest one tried. Every run keeps its
+own folder (``<arm>-s<seed>``, ``<arm>_x2-s<seed>``, ...), so nothing trained is replaced.
 """
 import json
 from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from plan import ARM_BY_NAME, EXTENDED_PAIRS, MAX_DOUBLINGS, MEASURE_FILE, Arm
+from plan import ARM_BY_NAME, EXTENDED_GROUP, EXTENDED_PAIRS, MAX_DOUBLINGS, MEASURE_FILE, Arm, extended_seeds
 
 
 def doubled(arm: Arm, times: int) -> Arm:
@@ -22,12 +23,18 @@ def doubled(arm: Arm, times: int) -> Arm:
                    schedule=arm.schedule * factor)
 
 
-EXTENSION_ARMS: Tuple[Arm, ...] = tuple(doubled(ARM_BY_NAME[name], k) for pair in EXTENDED_PAIRS for name in pair
-                                        for k in range(1, MAX_DOUBLINGS + 1))
+EXTENSION_ARMS: Tuple[Arm, ...] = tuple(doubled(ARM_BY_NAME[name], k) for group in (*EXTENDED_PAIRS, EXTENDED_GROUP)
+                                        for name in group for k in range(1, MAX_DOUBLINGS + 1))
 
 
-def pair_of(name: str) -> Optional[Tuple[str, str]]:
-    return next((pair for pair in EXTENDED_PAIRS if name in pair), None)
+def group_of(name: str, seed: int) -> Optional[Tuple[str, ...]]:
+    """The arms that train ``seed`` again with ``name`` (``name`` among them), or None where no rule extends it."""
+    pair = next((pair for pair in EXTENDED_PAIRS if name in pair), None)
+    if pair is not None:
+        return pair
+    if name in EXTENDED_GROUP and seed in extended_seeds(name):
+        return tuple(n for n in EXTENDED_GROUP if seed in extended_seeds(n))
+    return None
 
 
 def run_dir(runs: Path, name: str, seed: int) -> Path:
@@ -42,14 +49,14 @@ def _converged(path: Path) -> Optional[bool]:
 
 
 def tried(runs: Path, name: str, seed: int) -> List[Path]:
-    """The runs of ``name`` (an arm of an extended pair) for ``seed``, shortest schedule first, up to the seed's
-    final one: the first schedule where both arms of the pair converged, else the last one measured."""
-    pair = pair_of(name)
-    if pair is None:
+    """The runs of ``name`` for ``seed``, shortest schedule first, up to the seed's final one: the first schedule where
+    every arm of its group converged, else the last one measured (the run itself where no rule extends it)."""
+    group = group_of(name, seed)
+    if group is None:
         return [run_dir(runs, name, seed)]
     out: List[Path] = []
     for k in range(MAX_DOUBLINGS + 1):
-        dirs = {n: run_dir(runs, doubled(ARM_BY_NAME[n], k).name, seed) for n in pair}
+        dirs = {n: run_dir(runs, doubled(ARM_BY_NAME[n], k).name, seed) for n in group}
         verdicts = [_converged(d) for d in dirs.values()]
         if None in verdicts:
             break
@@ -60,18 +67,19 @@ def tried(runs: Path, name: str, seed: int) -> List[Path]:
 
 
 def pending(runs: Path, names: Sequence[str], seeds: Sequence[int]) -> List[Tuple[Arm, int]]:
-    """The runs the rule asks for next: for each seed whose pair was measured at its longest schedule so far and
-    missed the rule there, both arms at twice that schedule (none past ``MAX_DOUBLINGS``)."""
+    """The runs the rules ask for next, among ``seeds``: for each seed whose group was measured at its longest schedule
+    so far and missed the rule there, every arm of the group at twice that schedule (none past ``MAX_DOUBLINGS``).
+    A group is only extended where all of its arms are among ``names``."""
     out: List[Tuple[Arm, int]] = []
-    for pair in EXTENDED_PAIRS:
-        if not all(n in names for n in pair):
-            continue
-        for seed in seeds:
-            done = tried(runs, pair[0], seed)
-            k = len(done) - 1
-            verdicts = [_converged(run_dir(runs, doubled(ARM_BY_NAME[n], k).name, seed)) for n in pair]
+    for seed in seeds:
+        for lead in (*(pair[0] for pair in EXTENDED_PAIRS), EXTENDED_GROUP[0]):
+            group = group_of(lead, seed)
+            if group is None or not all(n in names for n in group):
+                continue
+            k = len(tried(runs, lead, seed)) - 1
+            verdicts = [_converged(run_dir(runs, doubled(ARM_BY_NAME[n], k).name, seed)) for n in group]
             if None in verdicts or all(verdicts) or k >= MAX_DOUBLINGS:
                 continue
-            out += [(doubled(ARM_BY_NAME[n], k + 1), seed) for n in pair]
+            out += [(doubled(ARM_BY_NAME[n], k + 1), seed) for n in group]
     return out
 

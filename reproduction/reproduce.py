@@ -13,7 +13,8 @@ the claims the power analysis put within reach (``plan.EXTENDED_SEEDS``) are par
 
 The claims, their directions, margins and the convergence rule live in ``plan.py``, fixed before the
 runs; ``supporting_runs.py`` adds the supporting runs that explain failed claims (``why_failed.py``),
-``longer_schedules.py`` revision 2.4's longer schedules; the statistics are :mod:`timm_ext.analysis.stats`.
+``longer_schedules.py`` the longer schedules of revisions 2.4 and 3.1; the statistics are
+:mod:`timm_ext.analysis.stats`.
 """
 import argparse
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from longer_schedules import doubled
-from plan import ARM_BY_NAME, EXTENDED_PAIRS, EXTENDED_SEEDS, MAX_DOUBLINGS, SEEDS, Arm, extended_seeds
+from plan import ARM_BY_NAME, EXTENDED_GROUP, EXTENDED_PAIRS, EXTENDED_SEEDS, MAX_DOUBLINGS, SEEDS, Arm, extended_seeds
 from run_results import Archive, load_archive
 from study_jobs import StudyJob, extended_jobs, extension_jobs, plan_jobs, run_jobs
 from supporting_runs import ALL_ARMS, SUPPORT_ARMS
@@ -70,11 +71,15 @@ def print_plan(jobs: Sequence[StudyJob], arms: Sequence[Arm], seeds: Sequence[in
         log(f'then each seed whose {" / ".join(pair)} pair misses the convergence rule trains both again at twice '
             f'the schedule (revision 2.4; up to {MAX_DOUBLINGS} times): +{per_seed:.0f} min per seed at 2x, '
             f'+{2 * per_seed:.0f} more at 4x')
+    if extended and all(n in names for n in EXTENDED_GROUP):
+        log(f'and each new seed of revision 3 where a run of {" / ".join(EXTENDED_GROUP)} (the arms it trains for '
+            f'that seed) misses the rule trains all of them again at twice the schedule (revision 3.1; up to '
+            f'{MAX_DOUBLINGS} times)')
     if jobs:
         log(f'ETA: {_eta_minutes(jobs, lanes):.0f} min with {lanes} runs at a time on an idle 2-core machine '
             f'(a plain ViT run = {UNIT_SECONDS:.0f} s), then the report (< 2 min)')
     elif longer:
-        log(f'the plan is cached; first {len(longer)} run(s) at a longer schedule (revision 2.4: '
+        log(f'the plan is cached; first {len(longer)} run(s) at a longer schedule (revisions 2.4 and 3.1: '
             f'{", ".join(j.key for j in longer)}), ETA {_eta_minutes(longer, lanes):.0f} min, then the report')
     else:
         log('everything is cached: regenerating the report only (< 2 min)')
@@ -138,7 +143,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     jobs = plan_jobs(runs, arms, seeds, args.timm_train, set(archive))
     if extended:
         jobs += extended_jobs(runs, arms, args.timm_train, set(archive))
-    jobs_after = [] if jobs else extension_jobs(runs, arms, seeds, args.timm_train)
+    # revisions 2.4 and 3.1 extend a seed's group at any seed the study trains (3.1's groups: the new seeds only)
+    every_seed = sorted({*seeds, *(s for a in arms for s in (extended_seeds(a.name) if extended else ()))})
+    jobs_after = [] if jobs else extension_jobs(runs, arms, every_seed, args.timm_train)
     print_plan(jobs, arms, seeds, args.jobs, longer=jobs_after, archived=list(archive), extended=extended)
     if args.dry_run:
         return 0
@@ -148,11 +155,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      f'(first: {first.key}); run without --report-only to train them')
     to_train = sum(1 for j in jobs if j.trains)
     run_jobs(jobs, runs, args.jobs)
-    for _ in range(MAX_DOUBLINGS):  # revision 2.4: the lr sweep's pair, seed by seed, until both runs converge
-        more = extension_jobs(runs, arms, seeds, args.timm_train)
+    for _ in range(MAX_DOUBLINGS):  # revisions 2.4 and 3.1: seed by seed, until every run of a seed's group converges
+        more = extension_jobs(runs, arms, every_seed, args.timm_train)
         if not more:
             break
-        _print(f'{len(more)} run(s) at twice the schedule, where the lr sweep\'s pair missed the convergence rule: '
+        _print(f'{len(more)} run(s) at twice the schedule, where a run of a seed\'s group missed the convergence rule: '
                f'{", ".join(j.key for j in more)}; ETA {_eta_minutes(more, args.jobs):.0f} min')
         to_train += sum(1 for j in more if j.trains)
         run_jobs(more, runs, args.jobs)

@@ -115,7 +115,7 @@ def extended_jobs(runs: Path, arms: Sequence[Arm], timm_train: Optional[str],
 
 def extension_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int],
                    timm_train: Optional[str]) -> List[StudyJob]:
-    """Revision 2.4: the lr sweep's pair at twice the schedule, for each seed where one of its runs missed the rule."""
+    """Revisions 2.4 and 3.1: a seed's group at twice the schedule, where one of its runs missed the rule."""
     return [job for arm, seed in pending(runs, [a.name for a in arms], seeds)
             for job in plan_jobs(runs, [arm], [seed], timm_train)]
 

@@ -41,7 +41,7 @@ def test_report_only_refuses_while_the_lr_sweep_pair_must_train_again(tmp_path, 
                         '--timm-train', str(TRAIN_PY), '--no-archive'])
     err = capsys.readouterr()
     assert 'trains both again at twice the schedule (revision 2.4; up to 2 times)' in err.out
-    assert f'the plan is cached; first 2 run(s) at a longer schedule (revision 2.4: {a}_x2-s0, {b}_x2-s0)' in err.out
+    assert f'the plan is cached; first 2 run(s) at a longer schedule (revisions 2.4 and 3.1: {a}_x2-s0, {b}_x2-s0)' in err.out
     assert '--report-only: 2 run(s) are not trained or measured in ' in err.err and f'(first: {a}_x2-s0)' in err.err
 
 
@@ -63,7 +63,7 @@ def test_main_trains_the_pair_again_then_writes_the_report(tmp_path, monkeypatch
     assert reproduce.main(['--runs', str(runs), '--arms', a, b, '--seeds', '0', '1', '--docs', str(tmp_path / 'docs'),
                            '--timm-train', str(TRAIN_PY)]) == 0
     assert batches == [[], [f'{a}_x2-s0', f'{b}_x2-s0']]  # nothing else to train, then one doubling
-    assert f'2 run(s) at twice the schedule, where the lr sweep\'s pair missed the convergence rule: {a}_x2-s0, ' \
+    assert f'2 run(s) at twice the schedule, where a run of a seed\'s group missed the convergence rule: {a}_x2-s0, ' \
            f'{b}_x2-s0' in capsys.readouterr().out
     text = (tmp_path / 'docs' / 'reproduction.md').read_text()
     assert '| 0.0015 | 1 | 120 (seed 1: 60) |' in text and 'trained 2 of the 6 runs' in text
