@@ -3,15 +3,17 @@
 Revision 3 of the plan fixed, before its runs, how many seeds each claim within reach is read at
 (``plan.EXTENDED_SEEDS``, from ``power.py`` on the 5 seeds); :func:`claims.evaluate_extended` reads them. This
 module writes what the report shows of it: the claims table's extra column, the headline, the section with the
-power table, the per-seed values and the runs' accuracy.
+power table, the per-seed values and the runs' accuracy. Revision 3.1 trained the ViT arms of a new seed again at
+twice the schedule where one of their runs missed the convergence rule; each extended claim is then also shown read
+at every run's first schedule, as revision 3 first read it.
 """
 from typing import Dict, List, Optional, Sequence
 
 from claims import ClaimResult
 from measure_run import tail_gain
-from plan import ARM_BY_NAME, EXTENDED_SEEDS, POWER, REACH, SEEDS, extended_seeds
+from plan import ARM_BY_NAME, CONVERGED_TAIL, EXTENDED_SEEDS, POWER, REACH, SEEDS, extended_seeds
 from power import MAX_SEEDS, ClaimPower, claim_power
-from report_tables import claim_fmt, mean_sd, seed_values
+from report_tables import claim_fmt, mean_sd, retrained, seed_values
 from run_metrics import metric_fn
 from run_results import Results
 
@@ -46,8 +48,10 @@ def extended_cell(key: str, five: ClaimResult, extended: Dict[str, ClaimResult],
     return f'out of reach: {_needed(p.settle)} seeds'
 
 
-def headline(claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult]) -> str:
-    """The summary after the title: the verdicts at 5 seeds, then with revision 3's readings in their place."""
+def headline(claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult],
+             first: Optional[Dict[str, ClaimResult]] = None) -> str:
+    """The summary after the title: the verdicts at 5 seeds, then with revision 3's readings in their place (and the
+    headline claim as first read, ``first``, where revision 3.1 trained seeds again)."""
     def counts(labels: Sequence[str]) -> str:
         out: Dict[str, int] = {}
         for label in labels:
@@ -65,9 +69,18 @@ def headline(claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult]) ->
     sam = extended.get('sam_vit_top1')
     five_sam = next((c for c in claims if c.claim.key == 'sam_vit_top1'), None)
     if sam is not None and five_sam is not None:
+        notes = [f'5 seeds: {format_difference(five_sam.diff, ".2f", " pt")}, {five_sam.label}']
+        if sam.label == 'not reproduced':
+            notes.insert(0, f'the interval lies inside ±{sam.claim.margin:g}{sam.claim.unit}: a gain that large is '
+                            'ruled out on this data')
+        was = (first or {}).get('sam_vit_top1')
+        if was is not None:
+            notes.append('every run at its first schedule, as revision 3 first read it before revision 3.1 trained the '
+                         f'seeds that missed the convergence rule again: {format_difference(was.diff, ".2f", " pt")}, '
+                         f'{was.label}')
         text += (f' The vit-sam paper\'s headline, SAM raises the ViT\'s top-1: '
                  f'{format_difference(sam.diff, ".2f", " pt")} over {sam.n} seeds, {sam.agree}/{sam.n} agree, '
-                 f'**{sam.label}** (5 seeds: {format_difference(five_sam.diff, ".2f", " pt")}, {five_sam.label}).')
+                 f'**{sam.label}** ({"; ".join(notes)}).')
     return text
 
 
@@ -95,9 +108,12 @@ def _per_seed(r: Results, c: ClaimResult) -> List[str]:
 
 
 def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult],
-                     power: Dict[str, ClaimPower], cpu: Optional[str], img: List[str]) -> List[str]:
-    """The section on revision 3: the power analysis, each extended claim beside its 5-seed reading, the new runs."""
+                     power: Dict[str, ClaimPower], cpu: Optional[str], img: List[str],
+                     first: Optional[Dict[str, ClaimResult]] = None) -> List[str]:
+    """The section on revision 3: the power analysis, each extended claim beside its 5-seed reading (and beside its
+    reading at every run's first schedule, ``first``, where revision 3.1 trained seeds again), the new runs."""
     five = {c.claim.key: c for c in claims}
+    first = first or {}
     lines = ['## More seeds where more seeds can settle a claim (revision 3)', '',
              f'At 5 seeds {sum(c.label == "inconclusive" for c in claims)} claims were inconclusive. For each, '
              '`reproduction/power.py` assumes the per-seed differences are normal with the mean and standard '
@@ -121,8 +137,10 @@ def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[s
     lines.append('')
     for key, e in extended.items():
         text = e.claim.text[:1].upper() + e.claim.text[1:]
+        again = (f' Every run at its first schedule (revision 3 as first read, the runs that missed the rule '
+                 f'included): {_reading(first[key])}.' if key in first else '')
         lines += [f'**{text}** ({e.claim.paper}, {e.claim.source}). 5 seeds: {_reading(five[key])}. '
-                  f'{e.n} seeds (fixed at {EXTENDED_SEEDS[key]}): {_reading(e)}.', '',
+                  f'{e.n} seeds (fixed at {EXTENDED_SEEDS[key]}): {_reading(e)}.{again}', '',
                   *[f'- {row}' for row in _per_seed(r, e)], '']
     lines += img
     new = [(name, seeds) for name in r for seeds in [extended_seeds(name)] if seeds]
@@ -135,10 +153,16 @@ def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[s
             top1 = [m['top1'] for m in ms]
             lines.append(f'| {ARM_BY_NAME[name].label} | {seeds[0]}-{seeds[-1]} | {mean_sd(top1)} % | '
                          f'{seed_values(top1)} | {sum(bool(m["converged"]) for m in ms)}/{len(ms)} |')
+        again = [retrained(name, m) for name, seeds in new for m in r[name] if m['seed'] in seeds and 'replaced' in m]
+        if again:
+            lines += ['', 'Trained again at twice the schedule (revision 3.1: every ViT arm of a new seed where one of '
+                      f'its runs missed the rule), with each run\'s gain in its last {CONVERGED_TAIL:.0%} of epochs: '
+                      f'{"; ".join(again)}. The table reads each seed at its final schedule; the replaced runs are '
+                      'kept in the cache and in measurements.json (`replaced`).']
         missed = [f'{name} seed {m["seed"]} (+{tail_gain(m["top1_curve"]):.1f})' for name, seeds in new
                   for m in r[name] if m['seed'] in seeds and not m['converged']]
         if missed:
-            lines += ['', f'Runs that miss the convergence rule (named, not replaced, as revision 3 fixed): '
+            lines += ['', f'Runs that miss the convergence rule at their final schedule (named, not replaced): '
                       f'{", ".join(missed)}.']
         if cpu:
             lines += ['', cpu]

@@ -1,6 +1,6 @@
 """The report's plots, every seed drawn: each claim's per-seed differences, curves per layer, Hessian spectra."""
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from claims import ClaimResult
 from run_results import Results
@@ -19,18 +19,24 @@ def _signed_rows(claims: List[ClaimResult], label=lambda c: c.claim.key):
     return rows
 
 
-def draw_extended(claims: List[ClaimResult], extended: List[ClaimResult], figs: Path) -> List[str]:
-    """Revision 3's plot: each extended claim at 5 seeds and at its fixed number of seeds, one above the other."""
+def draw_extended(claims: List[ClaimResult], extended: List[ClaimResult], figs: Path,
+                  first: Sequence[ClaimResult] = ()) -> List[str]:
+    """Revision 3's plot: each extended claim at 5 seeds and at its fixed number of seeds, one above the other, and
+    between them its reading at every run's first schedule (``first``) where revision 3.1 trained seeds again."""
     from timm_ext.analysis import plots as P
 
     if not extended:
         return []
     figs.mkdir(parents=True, exist_ok=True)
     five = {c.claim.key: c for c in claims}
-    pairs = [x for e in extended for x in (five[e.claim.key], e)]
-    P.plot_paired_differences(_signed_rows(pairs, lambda c: f'{c.claim.key} ({c.n} seeds)'),
+    at_first = {c.claim.key: c for c in first}
+    rows = [x for e in extended for x in (five[e.claim.key], *([at_first[e.claim.key]] if e.claim.key in at_first
+                                                               else []), e)]
+    firsts = {id(c) for c in first}
+    P.plot_paired_differences(_signed_rows(rows, lambda c: f'{c.claim.key} ({c.n} seeds'
+                                           + (', first schedules)' if id(c) in firsts else ')')),
                               figs / 'extended_claims.png',
-                              title='Revision 3: each claim at 5 seeds and at the seeds fixed before the runs',
+                              title='Each claim at 5 seeds and at its revision-3 seeds',
                               xlabel='difference / margin, signed so that the paper\'s direction is positive')
     return ['extended_claims.png']
 

@@ -47,13 +47,20 @@ def claims_table(claims: List[ClaimResult], more: Optional[Dict[str, str]] = Non
     return lines
 
 
+def retrained(name: str, m: Dict[str, Any]) -> str:
+    """A seed trained again at a longer schedule: each schedule's epochs and its gain in the last epochs."""
+    def gain(x: Dict[str, Any]) -> str:
+        return f'{len(x["top1_curve"])} epochs ({tail_gain(x["top1_curve"]):+.1f})'
+
+    final = f'{len(m["top1_curve"])} ({tail_gain(m["top1_curve"]):+.1f})'
+    return f'{name} seed {m["seed"]}: {", ".join(gain(x) for x in m["replaced"])} -> {final}'
+
+
 def not_converged(r: Results, arms: Sequence[Arm]) -> List[str]:
     """One line naming every run that misses the convergence rule, with its gain in the last epochs."""
     missed = [f'{arm.name} seed {m["seed"]} (+{tail_gain(m["top1_curve"]):.1f})' for arm in arms if arm.name in r
               for m in r[arm.name] if not m['converged']]
-    again = [f'{arm.name} seed {m["seed"]}: ' + ', '.join(f'{len(x["top1_curve"])} epochs '
-                                                         f'({tail_gain(x["top1_curve"]):+.1f})' for x in m['replaced'])
-             + f' -> {len(m["top1_curve"])}' for arm in arms if arm.name in r for m in r[arm.name] if 'replaced' in m]
+    again = [retrained(arm.name, m) for arm in arms if arm.name in r for m in r[arm.name] if 'replaced' in m]
     lines = [f'Trained again at twice the schedule (revision 2.4: both stems of a seed, where a run of the lr sweep\'s '
              f'pair misses the rule), with the replaced runs\' gain in their last {CONVERGED_TAIL:.0%} of epochs: '
              f'{"; ".join(again)}. The replaced runs are kept in the cache and in measurements.json (`replaced`).',

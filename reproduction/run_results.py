@@ -84,3 +84,16 @@ def timing_of(ms: Sequence[Dict[str, Any]]) -> Optional[Dict[str, float]]:
         return None
     return dict(runs=len(times), run_min=sum(t['cpu_s'] for t in times) / 60, first=min(t['start'] for t in times),
                 last=max(t['end'] for t in times))
+
+
+def first_schedules(r: Results) -> Results:
+    """Every run at the first schedule it was trained at (the run a longer schedule replaced, where one did): the
+    study as read before revisions 2.4 and 3.1 trained seeds again."""
+    return {arm: [m.get('replaced', [m])[0] for m in ms] for arm, ms in r.items()}
+
+
+def longer_runs(ms: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The runs of ``ms``'s seeds at a schedule longer than the seed's first (what revisions 2.4 and 3.1 trained),
+    each on its own, without the runs it replaced."""
+    return [{k: v for k, v in x.items() if k != 'replaced'} for m in ms if 'replaced' in m
+            for x in (*m['replaced'][1:], m)]

@@ -2,7 +2,16 @@
 import json
 
 import pytest
-from _reproduction import fake_runs, plan, report, run_results, supporting_runs, write_run
+from _reproduction import (
+    fake_runs,
+    longer_schedules,
+    measure_run,
+    plan,
+    report,
+    run_results,
+    supporting_runs,
+    write_run,
+)
 
 
 @pytest.mark.slow
@@ -68,7 +77,8 @@ def test_report_reads_seeds_0_4_back_and_shows_revision_3_beside_them(tmp_path):
     assert '## More seeds where more seeds can settle a claim (revision 3)' in text
     assert '(reproduction/extended_claims.png)' in text and (tmp_path / 'docs' / 'reproduction' /
                                                               'extended_claims.png').is_file()
-    assert 'Revision 3 trained these 44 runs in 0 min one core each' in text
+    assert 'Revision 3 trained 44 runs in 0 min one core each, training and measuring, between ' in text
+    assert 'revision 3.1 trained' not in text and 'first schedule' not in text  # every run met the rule
     saved = json.loads((tmp_path / 'docs' / 'reproduction' / 'measurements.json').read_text())
     assert [m['seed'] for m in saved['runs']['vit']] == list(range(16)) and len(saved['runs']['vit_cb']) == 5
     assert saved['arms']['resnet']['seeds'] == list(range(14))
@@ -77,3 +87,41 @@ def test_report_reads_seeds_0_4_back_and_shows_revision_3_beside_them(tmp_path):
     # the saved report is the next one's archive: nothing is trained again from an empty cache
     again = run_results.load_archive(tmp_path / 'docs' / 'reproduction' / 'measurements.json')
     assert len(again) == len(archive) + 44
+
+
+@pytest.mark.slow
+def test_report_reads_revision_3_1_runs_at_their_final_schedule_beside_the_first(tmp_path):
+    pytest.importorskip('matplotlib')
+    runs = fake_runs(tmp_path / 'runs', seeds=plan.SEEDS)
+    for arm in plan.ARMS:
+        for seed in plan.extended_seeds(arm.name):
+            write_run(runs, arm, seed)
+    write_run(runs, plan.ARM_BY_NAME['vit'], 6, gain=0.84)  # misses the rule at 60 epochs, by one image
+    todo = longer_schedules.pending(runs, [a.name for a in supporting_runs.ALL_ARMS], range(16))
+    assert [(a.name, s) for a, s in todo] == [('vit_x2', 6), ('vit_sam_x2', 6), ('vit_convstem_x2', 6)]
+    for arm, seed in todo:
+        d = write_run(runs, arm, seed, gain=0.28)
+        m = json.loads((d / measure_run.MEASURE_FILE).read_text())
+        m['top1'] = 50.0 if arm.name == 'vit_sam_x2' else 40.0  # at 120 epochs SAM's gain for seed 6 is 10 points
+        (d / measure_run.MEASURE_FILE).write_text(json.dumps(m))
+    text = report.write_report(runs, supporting_runs.ALL_ARMS, list(plan.SEEDS), tmp_path / 'docs',
+                               'python reproduction/reproduce.py', wall_s=1.0, extended=True).read_text()
+    assert ('Trained again at twice the schedule (revision 3.1: every ViT arm of a new seed where one of its runs '
+            'missed the rule), with each run\'s gain in its last 20% of epochs: vit seed 6: 60 epochs (+0.8) -> 120 '
+            '(+0.3); vit_sam seed 6: 60 epochs (+0.0) -> 120 (+0.3); vit_convstem seed 6: 60 epochs (+0.0) -> 120 '
+            '(+0.3).') in text
+    assert '| ViT + AdamW | 5-15 |' in text and ' | 11/11 |' in text
+    assert 'Runs that miss the convergence rule' not in text
+    # SAM's top-1 at 16 seeds reads seed 6 at 120 epochs (+10 points), and at 60 (+2) as first read
+    assert ('16 seeds (fixed at 16): +2.50 pt [+1.43 pt, +3.57 pt], 16/16 agree, **reproduced**. Every run at its '
+            'first schedule (revision 3 as first read, the runs that missed the rule included): +2.00 pt '
+            '[+2.00 pt, +2.00 pt], 16/16 agree, **reproduced**.') in text
+    assert ('**reproduced** (5 seeds: +2.00 pt [+2.00 pt, +2.00 pt], reproduced; every run at its first schedule, as '
+            'revision 3 first read it before revision 3.1 trained the seeds that missed the convergence rule again: '
+            '+2.00 pt [+2.00 pt, +2.00 pt], reproduced).') in text.splitlines()[4]
+    assert 'Revision 3 trained 44 runs in 0 min' in text and '; revision 3.1 trained 3 runs in 0 min' in text
+    saved = json.loads((tmp_path / 'docs' / 'reproduction' / 'measurements.json').read_text())
+    assert saved['extended_claims']['sam_vit_top1']['diffs'][6] == pytest.approx(10.0)
+    assert saved['extended_claims_first_schedule']['sam_vit_top1']['diffs'][6] == pytest.approx(2.0)
+    assert saved['extended_claims_first_schedule']['stem_lr_1e-3']['seeds'] == 9
+    assert [x['run'] for x in saved['runs']['vit'][6]['replaced']] == ['vit-s6']

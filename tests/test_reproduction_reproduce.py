@@ -41,7 +41,8 @@ def test_report_only_refuses_while_the_lr_sweep_pair_must_train_again(tmp_path, 
                         '--timm-train', str(TRAIN_PY), '--no-archive'])
     err = capsys.readouterr()
     assert 'trains both again at twice the schedule (revision 2.4; up to 2 times)' in err.out
-    assert f'the plan is cached; first 2 run(s) at a longer schedule (revisions 2.4 and 3.1: {a}_x2-s0, {b}_x2-s0)' in err.out
+    assert (f'the plan is cached; first 2 run(s) at a longer schedule (revisions 2.4 and 3.1: {a}_x2-s0, '
+            f'{b}_x2-s0)') in err.out
     assert '--report-only: 2 run(s) are not trained or measured in ' in err.err and f'(first: {a}_x2-s0)' in err.err
 
 
