@@ -30,12 +30,12 @@ def draw_extended(claims: List[ClaimResult], extended: List[ClaimResult], figs: 
     figs.mkdir(parents=True, exist_ok=True)
     five = {c.claim.key: c for c in claims}
     at_first = {c.claim.key: c for c in first}
-    rows = [x for e in extended for x in (five[e.claim.key], *([at_first[e.claim.key]] if e.claim.key in at_first
-                                                               else []), e)]
-    firsts = {id(c) for c in first}
-    P.plot_paired_differences(_signed_rows(rows, lambda c: f'{c.claim.key} ({c.n} seeds'
-                                           + (', first schedules)' if id(c) in firsts else ')')),
-                              figs / 'extended_claims.png',
+    rows = []
+    for e in extended:
+        for c, what in ((five[e.claim.key], ''), (at_first.get(e.claim.key), ', first schedules'), (e, '')):
+            if c is not None:
+                rows += _signed_rows([c], lambda c, what=what: f'{c.claim.key} ({c.n} seeds{what})')
+    P.plot_paired_differences(rows, figs / 'extended_claims.png',
                               title='Each claim at 5 seeds and at its revision-3 seeds',
                               xlabel='difference / margin, signed so that the paper\'s direction is positive')
     return ['extended_claims.png']

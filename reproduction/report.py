@@ -180,12 +180,14 @@ def _sections(r: Results, claims: Dict[str, ClaimResult], labels: Dict[str, str]
     return [x for x in lines if x is not None]
 
 
+def _when(t: float, day: bool = True) -> str:
+    """A file time as the report prints it: UTC, to the minute (the date left out with ``day=False``)."""
+    return time.strftime('%Y-%m-%d %H:%M' if day else '%H:%M', time.gmtime(t))
+
+
 def _timing_text(r_all: Results) -> str:
     """Where the runs' CPU time went, from each run's recorded times; v3's runs (seeds 0-4, read back from its
     measurements.json, which did not record them) as v3's report gave them."""
-    def when(t: float) -> str:
-        return time.strftime('%Y-%m-%d %H:%M', time.gmtime(t))
-
     every = [x for ms in r_all.values() for m in ms for x in (*m.get('replaced', []), m)]
     timing = timing_of(every)
     untimed = sum('timing' not in m for m in every)
@@ -198,7 +200,7 @@ def _timing_text(r_all: Results) -> str:
     if timing:
         text += (f' {"The" if not untimed else "The other"} {timing["runs"]} runs took {timing["run_min"]:.0f} min '
                  'one core each, training and measuring (each measuring process\'s start-up not counted), trained '
-                 f'between {when(timing["first"])} and {when(timing["last"])} UTC (from the files of the cache).')
+                 f'between {_when(timing["first"])} and {_when(timing["last"])} UTC (from the files of the cache).')
     return text
 
 
@@ -339,15 +341,12 @@ def _claim_json(c: ClaimResult) -> Dict[str, Any]:
 def _revision_cpu(new: Sequence[Dict[str, Any]]) -> Optional[str]:
     """Where revision 3's and 3.1's runs spent their CPU time (the new seeds at their first schedule, then the runs
     at twice the schedule), from each run's recorded times."""
-    def when(t: float, day: bool = True) -> str:
-        return time.strftime('%Y-%m-%d %H:%M' if day else '%H:%M', time.gmtime(t))
-
     parts = []
     for name, runs in (('Revision 3', [m.get('replaced', [m])[0] for m in new]), ('revision 3.1', longer_runs(new))):
         t = timing_of(runs)
         if t:
             parts.append(f'{name} trained {t["runs"]} runs in {t["run_min"]:.0f} min one core each, training and '
-                         f'measuring, between {when(t["first"])} and {when(t["last"], False)} UTC')
+                         f'measuring, between {_when(t["first"])} and {_when(t["last"], False)} UTC')
     if not parts:
         return None
     return f'{"; ".join(parts)}; on {cpu_name()} ({os.cpu_count()} cores, 2 runs at a time).'
