@@ -7,7 +7,9 @@ forward-backward passes, so 2.0 is the floor of the ratio; the rest is SAM's own
 norm, perturbation, bit-exact restore). The same ratio is printed for two references written below: a
 straightforward per-parameter-loop SAM (a Python loop over parameters, a fresh copy of every parameter each
 step), and davda54/sam's algorithm as that repository runs it (the norm of the per-parameter gradient norms,
-``e_w`` kept per parameter and subtracted back), whose step timm-ext's SAM should not be slower than.
+``e_w`` kept per parameter and subtracted back), whose step timm-ext's SAM should not be slower than. The last
+column times what the two differ in, their own work, alone: ``first_step()`` + ``second_step()`` of each from the
+same gradients, the forward-backward passes left out (whose times, the same for both, hold most of a step's noise).
 
     python benchmarks/bench_sam.py [--models vit_small_patch16_224 resnet50] [--batch-size 2] [--repeats 7]
 """
@@ -149,6 +151,7 @@ def bench_model(name: str, batch_size: int, repeats: int, warmup: int) -> Dict[s
             cpu[key].append(cpu_s)
     med = {k: statistics.median(v) for k, v in times.items()}
     med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    own = _own_work(models[1], sam, models[3], davda, tasks[1], x, y, repeats)
     params = [p for p in model.parameters()]
     extra = sam.extra_memory_bytes()
     return dict(
@@ -157,8 +160,35 @@ def bench_model(name: str, batch_size: int, repeats: int, warmup: int) -> Dict[s
         sam_ratio=med['sam'] / med['adamw'], loop_ratio=med['loop_sam'] / med['adamw'],
         davda_ratio=med['sam'] / med['davda54'], davda_ratio_cpu=med_cpu['sam'] / med_cpu['davda54'],
         sam_ratio_cpu=med_cpu['sam'] / med_cpu['adamw'], loop_ratio_cpu=med_cpu['loop_sam'] / med_cpu['adamw'],
-        sam_extra_mem=extra / _bytes(params),
+        sam_extra_mem=extra / _bytes(params), own_ratio=own,
     )
+
+
+def _own_work(sam_model: nn.Module, sam: torch.optim.Optimizer, davda_model: nn.Module, davda: 'Davda54SAM',
+              task: nn.Module, x: torch.Tensor, y: torch.Tensor, repeats: int) -> float:
+    """SAM's own work over davda54's, the forward-backward passes left out: each one's first_step() + second_step()
+    (norm, perturbation, restore, the base step) from the same gradients, set before each call and not timed;
+    interleaved, median over ``repeats``. Run after the full steps (first_step() ends SAM's task replay)."""
+    task(x, y)['loss'].backward()
+    grads = [p.grad.clone() for p in sam_model.parameters()]
+    sam.zero_grad()
+
+    def given(model: nn.Module) -> None:
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.clone()
+
+    def run(first: Callable[[], None], second: Callable[[], None], model: nn.Module) -> float:
+        given(model)
+        t = _time(first)[0]
+        given(model)
+        return t + _time(second)[0]
+
+    times: Dict[str, List[float]] = {'sam': [], 'davda54': []}
+    for _ in range(repeats + 2):
+        times['sam'].append(run(sam.first_step, lambda: sam.second_step(zero_grad=True), sam_model))
+        times['davda54'].append(run(davda.first_step, davda.second_step, davda_model))
+        davda.base.zero_grad()
+    return statistics.median(times['sam'][2:]) / statistics.median(times['davda54'][2:])  # two warm-up rounds
 
 
 def main() -> None:
@@ -172,13 +202,15 @@ def main() -> None:
           f'batch {args.batch_size}, median of {args.repeats} interleaved repeats (wall-clock and process CPU time)')
     header = (f'{"model":<24}{"params(M)":>10}{"AdamW s":>10}{"SAM s":>9}{"SAM/AdamW":>11}'
               f'{"loop-SAM/AdamW":>16}{"CPU-time SAM/AdamW":>20}{"CPU-time loop/AdamW":>21}'
-              f'{"SAM extra mem/params":>22}{"SAM/davda54":>13}{"CPU-time SAM/davda54":>22}')
+              f'{"SAM extra mem/params":>22}{"SAM/davda54":>13}{"CPU-time SAM/davda54":>22}'
+              f'{"own work SAM/davda54":>22}')
     print(header)
     for name in args.models:
         r = bench_model(name, args.batch_size, args.repeats, args.warmup)
         print(f'{name:<24}{r["params_m"]:>10.1f}{r["adamw_s"]:>10.3f}{r["sam_s"]:>9.3f}{r["sam_ratio"]:>11.3f}'
               f'{r["loop_ratio"]:>16.3f}{r["sam_ratio_cpu"]:>20.3f}{r["loop_ratio_cpu"]:>21.3f}'
-              f'{r["sam_extra_mem"]:>22.3f}{r["davda_ratio"]:>13.3f}{r["davda_ratio_cpu"]:>22.3f}')
+              f'{r["sam_extra_mem"]:>22.3f}{r["davda_ratio"]:>13.3f}{r["davda_ratio_cpu"]:>22.3f}'
+              f'{r["own_ratio"]:>22.3f}')
 
 
 if __name__ == '__main__':

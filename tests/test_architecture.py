@@ -191,10 +191,14 @@ def test_no_private_name_is_imported_from_another_module():
     assert private == []
 
 
-# issue 37: SAM's core is one small file that knows no training framework and reads no caller's frame
+# issue 37: SAM's core is one small file that knows no training framework and reads no caller's frame; issue 45:
+# SAM.step() calls its step driver (sam_step.py) directly, and the training-task replay sits above both, attached
+# through the driver's Replay protocol
 SAM_CORE = ('timm_ext.optim.sam', 'timm_ext.optim.gsam', 'timm_ext.optim.looksam')
 FRAMEWORKS = ('lightning', 'pytorch_lightning', 'accelerate', 'transformers', 'deepspeed', 'timm.task')
 FRAME_READS = ('_getframe', 'currentframe', 'f_back', 'f_locals', 'inspect.stack')
+REPLAY = ('timm_ext.optim.task_replay', 'timm_ext.optim.replay_passes', 'timm_ext.optim.task_recorder',
+          'timm_ext.optim.task_finder')
 
 
 def _external_imports(path: Path) -> Set[str]:
@@ -227,12 +231,13 @@ def test_sam_core_is_one_small_file_importing_a_handful_of_modules():
     direct = {t for t, _ in _imports(path, 'timm_ext.optim.sam', package)}
     assert len(path.read_text().splitlines()) <= 300
     assert len(direct) <= 6, sorted(direct)
+    assert 'timm_ext.optim.sam_step' in direct  # step() calls its driver by name, nothing installs it from outside
 
 
 def test_sam_core_knows_no_framework_and_reads_no_frame():
     closure = _import_closure(SAM_CORE)
     package = _package_modules()
-    assert 'timm_ext.optim.sam_step' not in closure and 'timm_ext.optim.task_recorder' not in closure  # drivers above
+    assert not closure & set(REPLAY), sorted(closure & set(REPLAY))  # the task replay is above, attached at run time
     for module in sorted(closure):
         imported = _external_imports(package[module])
         framework = [m for m in imported if any(m == f or m.startswith(f + '.') for f in FRAMEWORKS)]
@@ -247,3 +252,203 @@ def test_the_closure_finder_sees_frameworks_and_frame_reads():
     assert 'sys._getframe' in package['timm_ext.integrations.accelerate'].read_text()
     closure = _import_closure(['timm_ext.integrations.lightning'])
     assert 'timm_ext.optim.framework_checks' in closure
+
+
+SAM_FAMILY = ('SAM', 'GSAM', 'LookSAM', 'WrappedOptimizer', 'FactorySAM', 'FactoryGSAM', 'FactoryLookSAM')
+
+
+def test_no_module_assigns_to_the_sam_classes():
+    """``SAM.driver = ...`` from timm_ext.optim (issue 45's finding): a class attribute set from another file is a
+    step nobody can follow by reading sam.py. No module assigns to (or setattr()s) a SAM-family class."""
+    found = []
+    for module, path in _package_modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
+                        target.value.id in SAM_FAMILY:
+                    found.append(f'{module}:{node.lineno} {target.value.id}.{target.attr} = ...')
+            if isinstance(node, ast.Call) and getattr(node.func, 'id', None) == 'setattr' and node.args and \
+                    getattr(node.args[0], 'id', None) in SAM_FAMILY:
+                found.append(f'{module}:{node.lineno} setattr({node.args[0].id}, ...)')
+    assert found == []
+
+
+# ---- a traced step: what runs, not only what is imported (issue 45) ------------------------------------------
+
+def _traced_routes():
+    """(name, optimizer, run one update) for each way SAM is stepped, on a tiny model."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from timm.optim import create_optimizer_v2
+    from timm.task import ClassificationTask
+
+    from timm_ext.optim import GSAM, SAM, LookSAM, replay_timm_task
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.GELU(), nn.Linear(8, 3))
+
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+
+    def torch_closure(m, opt):
+        def closure(chunk=lambda *batch: batch):  # m-sharpness hands it the chunk that cuts the batch
+            opt.zero_grad()
+            xs, ys = chunk(x, y)
+            loss = F.cross_entropy(m(xs), ys)
+            loss.backward()
+            return loss
+        return lambda: opt.step(closure)
+
+    def davda54_closure(m, opt):
+        def closure():
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            return loss
+
+        def run():
+            F.cross_entropy(m(x), y).backward()
+            opt.step(closure)
+        return run
+
+    def two_steps(m, opt):
+        def run():
+            F.cross_entropy(m(x), y).backward()
+            opt.first_step()
+            F.cross_entropy(m(x), y).backward()
+            opt.second_step()
+        return run
+
+    def replayed(m, opt):
+        task = ClassificationTask(m, nn.CrossEntropyLoss(), verbose=False)
+        replay_timm_task(opt, task)
+
+        def run():
+            task(x, y)['loss'].backward()
+            opt.step()
+        return run
+
+    def fp16(m, opt):
+        scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 8)
+
+        def closure():
+            opt.zero_grad()
+            loss = F.cross_entropy(m(x), y)
+            scaler.scale(loss).backward()
+            return loss
+
+        def run():
+            opt.step(closure, grad_scaler=scaler)
+            scaler.update()
+        return run
+
+    routes = []
+    for name, make, drive in [
+            ('SAM, torch closure', lambda m: SAM(m.parameters(), torch.optim.SGD, lr=0.1, model=m), torch_closure),
+            ('SAM, davda54 closure', lambda m: SAM(m.parameters(), torch.optim.SGD, lr=0.1), davda54_closure),
+            ('SAM, m-sharpness', lambda m: SAM(m.parameters(), torch.optim.SGD, lr=0.1, m_sharpness=4, model=m),
+             torch_closure),
+            ('SAM, first/second step', lambda m: SAM(m.parameters(), torch.optim.SGD, lr=0.1, model=m), two_steps),
+            ('samadamw, task replay', lambda m: create_optimizer_v2(m, 'samadamw', lr=1e-3), replayed),
+            ('SAM, fp16 closure', lambda m: SAM(m.parameters(), torch.optim.SGD, lr=0.1, model=m), fp16),
+            ('GSAM, torch closure', lambda m: GSAM(m.parameters(), torch.optim.SGD, lr=0.1, model=m), torch_closure),
+            ('LookSAM, plain and SAM steps', lambda m: LookSAM(m.parameters(), torch.optim.SGD, lr=0.1, interval=2,
+                                                               model=m), torch_closure)]:
+        m = model()
+        opt = make(m)
+        routes.append((name, opt, drive(m, opt)))
+    return routes
+
+
+def _project_file(filename: str) -> str:
+    """``optim/sam.py`` for a file of the package, '' for any other."""
+    return str(Path(filename).resolve().relative_to(ROOT / 'timm_ext')) if filename.startswith(
+        str(ROOT / 'timm_ext')) else ''
+
+
+def _project_stack(frame) -> List:
+    """(file, function) of each timm-ext frame from ``frame`` outwards."""
+    out = []
+    while frame is not None:
+        if _project_file(frame.f_code.co_filename):
+            out.append((_project_file(frame.f_code.co_filename), frame.f_code.co_name))
+        frame = frame.f_back
+    return out
+
+
+@pytest.mark.filterwarnings('ignore:SAM does not know the model')
+def test_a_traced_step_reaches_the_base_step_within_four_frames_of_two_files():
+    """From SAM.step (or second_step) to the base optimizer's step: at most 4 frames of timm-ext, in sam.py and
+    sam_step.py only (issue 45: it was 5 frames over 3 files, through a driver installed on the class)."""
+    import sys
+    chains = {}
+    for name, opt, run in _traced_routes():
+        seen = []
+
+        def pre_hook(optimizer, args, kwargs, seen=seen):
+            seen.append(_project_stack(sys._getframe(1)))
+        handle = opt.base_optimizer.register_step_pre_hook(pre_hook)
+        for _ in range(2):
+            run()
+            opt.zero_grad()
+        handle.remove()
+        chains[name] = seen
+    for name, seen in chains.items():
+        assert seen, f'{name}: the base optimizer never stepped'
+        for chain in seen:
+            assert len(chain) <= 4 and {f for f, _ in chain} <= {'optim/sam.py', 'optim/sam_step.py'}, (name, chain)
+    assert chains['SAM, torch closure'][0] == [('optim/sam.py', 'apply_descent'), ('optim/sam_step.py', '_update'),
+                                               ('optim/sam_step.py', 'step'), ('optim/sam.py', 'step')]
+
+
+@pytest.mark.filterwarnings('ignore:SAM does not know the model')
+def test_a_traced_step_runs_only_code_its_imports_or_its_arguments_name():
+    """Every timm-ext function a step runs lives in a module the optimizer's class imports (transitively), or in one
+    the step was handed at run time by name: the training-task replay ``replay_timm_task`` attached, and the framework
+    checks registered with ``framework_checks``. A call moved out of the import graph (a driver set on the class
+    from another module, an import hook) fails here."""
+    import sys
+
+    from timm_ext.optim import framework_checks
+    package = {str(path.resolve()): module for module, path in _package_modules().items()}
+    checks = [f.__module__ for f in framework_checks._closure_checks + framework_checks._stepless_checks]
+    for name, opt, run in _traced_routes():
+        ran = set()
+
+        def profile(frame, event, arg, ran=ran):
+            if event == 'call' and frame.f_code.co_filename in package:
+                ran.add(package[frame.f_code.co_filename])
+        replay = opt.driver.replay
+        allowed = _import_closure([type(opt).__module__, *checks] + ([type(replay).__module__] if replay else []))
+        sys.setprofile(profile)
+        try:
+            run()
+        finally:
+            sys.setprofile(None)
+        assert ran and ran <= allowed, (name, sorted(ran - allowed))
+
+
+@pytest.mark.filterwarnings('ignore:SAM does not know the model')
+def test_only_the_sam_classes_own_files_set_their_attributes(monkeypatch):
+    """Building and stepping a SAM on every route: each attribute set on it from timm-ext code is set by the files
+    of its own classes (sam.py, gsam.py, looksam.py, base_optimizer.py, sam_factory.py), never by a driver, the task
+    replay or an integration."""
+    import sys
+
+    from timm_ext.optim import SAM
+    setters = []
+
+    def audit(self, name, value):
+        caller = _project_file(sys._getframe(1).f_code.co_filename)
+        if caller:
+            setters.append((type(self), caller, name))
+        object.__setattr__(self, name, value)
+    monkeypatch.setattr(SAM, '__setattr__', audit)
+    for _, _, run in _traced_routes():
+        run()
+    for cls, caller, name in setters:
+        own = {_project_file(getattr(sys.modules[c.__module__], '__file__', '') or '') for c in cls.__mro__}
+        assert caller in own, f'{caller} sets {cls.__name__}.{name}'
+    assert setters  # the audit saw SAM's own assignments

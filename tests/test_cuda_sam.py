@@ -14,7 +14,6 @@ from timm.task import ClassificationTask
 from timm.utils import NativeScaler
 
 from timm_ext.optim import GSAM, SAM, LookSAM, replay_timm_task
-from timm_ext.optim.torch_compat import autocast_state
 
 pytestmark = [pytest.mark.cuda, pytest.mark.filterwarnings('ignore:SAM does not know the model')]
 
@@ -168,7 +167,7 @@ class _Probe(nn.Module):
         self.device_type, self.states, self.grad_sums = device_type, [], []
 
     def forward(self, x):
-        self.states.append(autocast_state(self.device_type))
+        self.states.append((torch.is_autocast_enabled(self.device_type), torch.get_autocast_dtype(self.device_type)))
         if x.requires_grad:
             x.register_hook(lambda g: self.grad_sums.append(g.abs().sum().item()))
         return x

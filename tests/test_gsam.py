@@ -22,7 +22,6 @@ from timm.task import ClassificationTask
 from timm_ext.optim import GSAM, SAM, SAM_BASES, replay_timm_task
 
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
-_needs_cpu_grad_scaler = pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
 
 
 
@@ -115,7 +114,6 @@ def test_gradient_accumulation_is_gsam_over_the_window():
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
 
 
-@_needs_cpu_grad_scaler
 @pytest.mark.filterwarnings('ignore:GradScaler is going to stop passing itself:FutureWarning')
 @pytest.mark.parametrize('route', ['closure', 'train_py'])
 def test_fp16_grad_scaler_routes_match_reference(route):

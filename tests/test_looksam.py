@@ -61,7 +61,6 @@ def test_matches_algorithm_1_over_two_sam_periods(route):
 
 
 @pytest.mark.filterwarnings('ignore:GradScaler is going to stop passing itself:FutureWarning')
-@pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
 def test_fp16_train_py_route_matches_reference_and_skips_an_overflowed_reuse_step():
     base = _mlp()
     batches = _batches(4)
@@ -79,7 +78,6 @@ def test_fp16_train_py_route_matches_reference_and_skips_an_overflowed_reuse_ste
 
 
 @pytest.mark.filterwarnings('ignore:GradScaler is going to stop passing itself:FutureWarning')
-@pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
 def test_fp16_overflow_in_a_sam_steps_second_pass_keeps_the_previous_g_v():
     model = _mlp()
     calls = {'n': 0}

@@ -207,7 +207,6 @@ def test_explicit_steps_and_closures_that_ignore_chunk_are_refused():
         opt.step(lambda chunk: F.cross_entropy(model(x), y).backward())
 
 
-@pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
 def test_fp16_grad_scaler_is_refused_with_the_alternative():
     model = _mlp()
     x, y = _BATCHES[0]

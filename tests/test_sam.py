@@ -22,16 +22,17 @@ from timm.utils import ModelEmaV3, NativeScaler, adaptive_clip_grad
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from timm_ext.optim import SAM, replay_timm_task
-from timm_ext.optim.task_finder import is_watching
-from timm_ext.optim.torch_compat import autocast_state
 
 # most tests drive SAM without model= on models without buffers; the warning has its own test
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
 # train.py's fp16 path with SAM.step declaring grad_scaler: torch's (deprecated) argument contract
 _SCALER_ARGUMENT_WARNING = 'ignore:GradScaler is going to stop passing itself:FutureWarning'
-# a GradScaler that runs on CPU (torch.amp.GradScaler('cpu')) arrived in torch 2.3
-_needs_cpu_grad_scaler = pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
 _TASK_CALL = TrainingTask.__call__  # what building a SAM must leave timm's task class with
+
+
+def _watching():
+    """Whether TrainingTask.__call__ is wrapped to find a task (replay_timm_task without a task)."""
+    return TrainingTask.__call__ is not _TASK_CALL
 
 
 def _mlp(bn: bool = False) -> nn.Module:
@@ -347,7 +348,7 @@ def test_explicit_steps_in_a_task_loop_hold_no_batch():
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     replay_timm_task(opt)  # opted in (as train.py's hooks do): the replay looks for the task
-    assert is_watching()
+    assert _watching()
 
     def step(x, y):
         task(x, y)['loss'].backward()
@@ -357,7 +358,7 @@ def test_explicit_steps_in_a_task_loop_hold_no_batch():
         opt.zero_grad()
 
     assert _run_and_watch_batches(step) == [False] * 5
-    assert not is_watching()  # the explicit loop closed the capture: nothing looks for a task any more
+    assert not _watching()  # the explicit loop closed the capture: nothing looks for a task any more
 
 
 def test_stale_sam_superseded_by_a_newer_one_holds_no_batch():
@@ -441,8 +442,6 @@ def test_step_hooks_fire_around_every_route():
     assert events == [('pre', opt), ('post', opt), ('global', opt), ('post', opt2)]
 
 
-@pytest.mark.skipif(not hasattr(torch.optim.Optimizer, 'register_state_dict_post_hook'),
-                    reason='optimizer state-dict hooks need a newer torch')
 def test_state_dict_hooks():
     model = _mlp()
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.2)
@@ -487,7 +486,7 @@ def test_copy_and_pickle_continue_identically(copier):
     assert all(p is q for p, q in zip(opt2.param_groups[0]['params'], model2.parameters()))
     assert (opt2.settings.clip_grad, opt2.param_groups[0]['rho'], opt2.param_groups[0]['adaptive']) == (1.0, 0.2, True)
     # a copy watches for no task (building or copying a SAM leaves timm's TrainingTask alone): opt in again
-    assert opt2.replay is None and not is_watching() and TrainingTask.__call__ is _TASK_CALL
+    assert opt2.driver.replay is None and not _watching() and TrainingTask.__call__ is _TASK_CALL
     model3, opt3 = copy.deepcopy((model, opt))  # deepcopy shares the hook function: a copied hook would fire
     _train_closure_steps(model3, opt3, seed=5)
     assert fired == [opt, opt]  # copies have none of the original's hooks
@@ -565,13 +564,13 @@ def test_unknown_model_warns_only_where_the_closure_may_move_buffers():
 def test_building_a_sam_leaves_timm_alone_and_replay_timm_task_opts_in():
     model = _mlp()
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.1)
-    assert opt.replay is None and not is_watching() and TrainingTask.__call__ is _TASK_CALL
+    assert opt.driver.replay is None and not _watching() and TrainingTask.__call__ is _TASK_CALL
     replay_timm_task(opt)  # no task: wait for the first called task that owns the parameters
-    assert is_watching() and TrainingTask.__call__ is not _TASK_CALL
+    assert _watching() and TrainingTask.__call__ is not _TASK_CALL
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     task(*_batch())['loss'].backward()
-    assert not is_watching() and TrainingTask.__call__ is _TASK_CALL  # found: the class is restored
-    assert opt.replay.task is task and opt.model is model  # the task's trainable module became SAM's model
+    assert not _watching() and TrainingTask.__call__ is _TASK_CALL  # found: the class is restored
+    assert opt.driver.replay.task is task and opt.model is model  # the task's trainable module became SAM's model
     opt.step()
 
 
@@ -589,7 +588,7 @@ def test_replay_timm_task_refuses_what_it_cannot_replay_in_one_line():
     assert '\n' not in str(raised.value)
     with pytest.raises(ValueError, match=r'^replay_timm_task: task must be a timm.task.TrainingTask .*got str$'):
         replay_timm_task(opt, 'task')
-    assert opt.replay is None and not is_watching() and opt.model is None  # nothing attached, nothing patched
+    assert opt.driver.replay is None and not _watching() and opt.model is None  # nothing attached, nothing patched
     other(*_batch())['loss'].backward()
     assert not other._forward_pre_hooks  # and no hook left on the refused task
 
@@ -689,7 +688,7 @@ class _AutocastProbe(nn.Module):
         self.states = []
 
     def forward(self, x):
-        self.states.append(autocast_state('cpu'))  # torch's own API where it has one (>= 2.4)
+        self.states.append((torch.is_autocast_enabled('cpu'), torch.get_autocast_dtype('cpu')))
         return x
 
 
@@ -761,7 +760,6 @@ def _scaled_run(scale, steps=2, inf_at=None, train_clip=1.0, sam_clip=0.5, contr
     return weights, scaler._scaler.get_scale(), model[1].grad_sums, opt
 
 
-@_needs_cpu_grad_scaler
 @pytest.mark.filterwarnings(_SCALER_ARGUMENT_WARNING)
 @pytest.mark.parametrize('contract', ['argument', 'attributes'])
 @pytest.mark.parametrize('train_clip', [None, 100.0])  # train.py unscales before its clip, or step() does
@@ -781,7 +779,6 @@ def test_grad_scaler_second_backward_is_scaled_and_unscaled(train_clip, contract
         assert grad_sums[1] / grad_sums[0] == pytest.approx(2.0 ** 16 / 2.0 ** 12, rel=0.2)
 
 
-@_needs_cpu_grad_scaler
 @pytest.mark.parametrize('mode', ['closure', 'explicit'])
 def test_grad_scaler_in_custom_loops(mode):
     x, y = _batch()
@@ -809,7 +806,6 @@ def test_grad_scaler_in_custom_loops(mode):
     assert scaler.get_scale() == 2.0 ** 10
 
 
-@_needs_cpu_grad_scaler
 @pytest.mark.filterwarnings(_SCALER_ARGUMENT_WARNING)
 @pytest.mark.parametrize('contract', ['argument', 'attributes'])
 @pytest.mark.parametrize('inf_at', [1, 2])  # overflow in the first pass (1) or only in the replay (2)
@@ -822,17 +818,16 @@ def test_grad_scaler_skips_overflow_step_restores_weights_and_backs_off(inf_at, 
         # (train.py unscaled before its clip, so SAM's scale starts at GradScaler's 2 ** 16: the next ratio is
         # 2 ** 15 / 2 ** 12)
         assert scale == 2.0 ** 12 and grad_sums[3] / grad_sums[2] == pytest.approx(2.0 ** 15 / 2.0 ** 12, rel=0.2)
-        second = opt.driver_state['second_pass_scaler']  # a torch GradScaler of SAM's own
+        second = opt.driver.second_pass.scaler  # a torch GradScaler of SAM's own
         assert isinstance(second, torch.amp.GradScaler) and second.get_scale() == 2.0 ** 15
     else:
         assert scale == 2.0 ** 11
 
 
-@_needs_cpu_grad_scaler
 @pytest.mark.parametrize('train_clip,start', [(None, 2.0 ** 12), (1.0, 2.0 ** 16)])
 def test_attribute_contract_second_pass_runs_on_a_grad_scaler_of_sams_own(train_clip, start):
     """Under torch's attribute contract the caller's scaler never sees the second pass, so SAM scales it with a
-    ``torch.amp.GradScaler`` of its own (``driver_state['second_pass_scaler']``): it starts at the first
+    ``torch.amp.GradScaler`` of its own (``driver.second_pass``): it starts at the first
     ``grad_scale`` SAM is handed (GradScaler's 2 ** 16 when train.py unscaled before its clip), backs off on a
     second-pass overflow (the update skipped, the caller's scale kept) and grows after ``growth_interval`` clean
     steps, as torch's GradScaler does; the updates that run are SAM's, unscaled exactly."""
@@ -858,7 +853,7 @@ def test_attribute_contract_second_pass_runs_on_a_grad_scaler_of_sams_own(train_
     for step in range(4):
         scaler(task(x, y)['loss'], opt, clip_grad=train_clip, parameters=model.parameters())
         opt.zero_grad()
-        second = opt.driver_state['second_pass_scaler']
+        second = opt.driver.second_pass.scaler
         if step == 0:
             assert isinstance(second, torch.amp.GradScaler)
             assert all(torch.equal(p, q) for p, q in zip(w0, model.parameters()))  # skipped, restored at w
@@ -871,6 +866,73 @@ def test_attribute_contract_second_pass_runs_on_a_grad_scaler_of_sams_own(train_
     assert ratios == pytest.approx([start / 2 / 2.0 ** 12, start / 2 / 2.0 ** 12, start / 2.0 ** 12], rel=0.2)
     for p, q in zip(ref_model.parameters(), model[0].parameters()):
         torch.testing.assert_close(p, q)  # the three updates that ran are SAM's
+
+
+class _Fp16Overflow(nn.Module):
+    """Identity whose backward overflows, as an fp16 gradient would, where the (scaled) gradient reaches ``limit``:
+    a run whose updates depend on the loss scale, so a scale restarted on resume changes the weights."""
+
+    def __init__(self, limit: float):
+        super().__init__()
+        self.limit = limit
+
+    def forward(self, x):
+        if x.requires_grad:
+            x.register_hook(lambda g: g * float('inf') if g.abs().max() >= self.limit else g)
+        return x
+
+
+def _fp16_resumable(batches, state=None, drop=()):
+    """train.py's fp16 route (NativeScaler, clipping, so SAM's second pass runs on its own scaler) over ``batches``,
+    from ``state`` (model, optimizer and scaler state dicts, with the SAM entry's ``drop`` keys removed)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_mlp(), _Fp16Overflow(limit=2.0 ** 12))  # |scaled g| ~5400-7400 at 2 ** 16
+    opt = _AttributeContractSAM(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rho=0.2)
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
+    scaler = NativeScaler(device='cpu')
+    scaler._scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 10)
+    if state is not None:
+        model.load_state_dict(state['model'])
+        sd = copy.deepcopy(state['opt'])
+        for key in drop:
+            del sd['sam'][key]
+            for group in sd['param_groups']:
+                del group['sam_state'][key]
+        opt.load_state_dict(sd)
+        scaler.load_state_dict(state['scaler'])
+    for x, y in batches:
+        scaler(task(x, y)['loss'], opt, clip_grad=1.0, parameters=model.parameters())
+        opt.zero_grad()
+    return dict(model=copy.deepcopy(model.state_dict()), opt=copy.deepcopy(opt.state_dict()),
+                scaler=scaler.state_dict(), second=opt.driver.second_pass.scaler.get_scale())
+
+
+def test_a_resumed_fp16_run_continues_with_its_second_pass_scale():
+    """SAM's own second-pass GradScaler (torch's attribute contract) is saved in the optimizer's state dict: a run
+    resumed from it continues exactly, weights and scales. Started afresh instead, the scaler would go back to its
+    first scale, overflow again and skip an update."""
+    batches = [_batch(8, seed=s) for s in range(5)]
+    whole = _fp16_resumable(batches)
+    assert whole['second'] == 2.0 ** 15  # the first second pass overflowed at GradScaler's 2 ** 16: backed off
+    assert whole['opt']['sam']['second_pass_scaler']['scale'] == 2.0 ** 15
+    half = _fp16_resumable(batches[:2])
+    resumed = _fp16_resumable(batches[2:], state=half)
+    assert resumed['second'] == whole['second'] and resumed['opt']['sam'] == whole['opt']['sam']
+    assert all(torch.equal(resumed['model'][k], v) for k, v in whole['model'].items())
+    restarted = _fp16_resumable(batches[2:], state=half, drop=('second_pass_scaler',))
+    assert not all(torch.equal(restarted['model'][k], v) for k, v in whole['model'].items())
+
+
+def test_a_bad_second_pass_scaler_entry_is_refused_before_anything_loads():
+    opt = SAM(torch.optim.SGD(_mlp().parameters(), lr=0.1), rho=0.2)
+    sd = opt.state_dict()
+    sd['sam']['second_pass_scaler'] = {'growth_factor': 2.0}
+    with pytest.raises(ValueError, match=r'^SAM second_pass_scaler must be a GradScaler state dict \(with its '
+                                         r'"scale"\), got second_pass_scaler=\{\'growth_factor\': 2.0\} in the '
+                                         r'loaded state dict$'):
+        opt.load_state_dict(sd)
+    assert opt.driver.second_pass.state_dict() is None
 
 
 # ---- state_dict / resume / schedulers / EMA -------------------------------------------------------
@@ -1223,24 +1285,16 @@ def test_ddp_two_gloo_processes():
     mp.start_processes(_ddp_worker, args=(2, port), nprocs=2, join=True, start_method='fork')
 
 
-# ---- the torch floor: fallbacks for APIs newer than it ---------------------------------------------------
+# ---- the torch floor: the one fallback for an API newer than it ------------------------------------------
 
-@pytest.mark.filterwarnings('ignore::DeprecationWarning')  # the pre-2.4 autocast functions warn in new torch
-@pytest.mark.parametrize('missing', ['none', 'newer_apis'])
+@pytest.mark.parametrize('missing', ['none', 'get_total_norm'])
 def test_sam_without_torch_apis_newer_than_the_floor(missing, monkeypatch):
-    """get_total_norm (torch 2.6), _foreach_copy_ (2.1), get_autocast_dtype / is_autocast_enabled(device) (2.4)."""
-    from timm_ext.optim import torch_compat as _compat
-    if missing == 'newer_apis':
-        for flag in ('HAS_GET_TOTAL_NORM', 'HAS_FOREACH_COPY', 'HAS_DEVICE_AUTOCAST_API'):
-            monkeypatch.setattr(_compat, flag, False)
+    """torch.nn.utils.get_total_norm arrived in torch 2.6; on 2.4 and 2.5 SAM sums the same norms itself."""
+    from timm_ext.optim import sharded
+    if missing == 'get_total_norm':
+        monkeypatch.setattr(sharded, 'HAS_GET_TOTAL_NORM', False)
     tensors = [torch.randn(3, 4), torch.randn(5)]
-    torch.testing.assert_close(_compat.total_norm(tensors), _flat(tensors).norm())
-    dst = [torch.empty(3, 4), torch.empty(5)]
-    _compat.foreach_copy_(dst, tensors)
-    assert all(torch.equal(d, t) for d, t in zip(dst, tensors))
-    assert _compat.autocast_state('cpu')[0] is False
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        assert _compat.autocast_state('cpu') == (True, torch.bfloat16)
+    torch.testing.assert_close(sharded.total_norm(tensors), _flat(tensors).norm())
 
     x, y = _batch()
     model = _mlp(bn=True)
@@ -1252,43 +1306,6 @@ def test_sam_without_torch_apis_newer_than_the_floor(missing, monkeypatch):
     opt.step()
     for p, q in zip(model.parameters(), ref_model.parameters()):
         torch.testing.assert_close(p, q)
-
-    probed = nn.Sequential(_mlp(), _AutocastProbe())  # the replay's autocast state through the same route
-    opt = SAM(torch.optim.SGD(probed.parameters(), lr=0.1), rho=0.2)
-    task = ClassificationTask(probed, nn.CrossEntropyLoss(), verbose=False)
-    replay_timm_task(opt, task)
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        loss = task(x, y)['loss']
-    loss.backward()
-    opt.step()
-    assert probed[1].states == [(True, torch.bfloat16)] * 2
-
-
-def test_a_closure_adding_to_an_accumulation_window_is_refused_before_any_update():
-    """What Lightning's accumulate_grad_batches=2 hands SAM: the last micro-batch's closure, adding to the first's
-    gradient without zeroing. SAM could re-evaluate only that micro-batch at w + e: one line, weights untouched."""
-    model = _mlp()
-    opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.1)
-    (x0, y0), (x1, y1) = _batch(seed=1), _batch(seed=2)
-    F.cross_entropy(model(x0), y0).backward()  # micro-batch 0, outside the closure
-    w = [p.detach().clone() for p in model.parameters()]
-
-    def accumulating():
-        loss = F.cross_entropy(model(x1), y1)
-        loss.backward()
-        return loss
-    with pytest.raises(ValueError, match=r'^SAM.step\(closure\): the closure added to gradients of earlier backward '
-                                         r'passes without zeroing them, i\.e\. gradient accumulation'):
-        opt.step(accumulating)
-    assert all(torch.equal(a, p) for a, p in zip(w, model.parameters()))
-    # stale gradients are fine when the closure zeroes them, through the optimizer or the model
-    for zero in (opt.zero_grad, model.zero_grad):
-        def closure(zero=zero):
-            zero()
-            loss = F.cross_entropy(model(x1), y1)
-            loss.backward()
-            return loss
-        opt.step(closure)
 
 
 def test_step_after_first_step_finishes_the_update_like_second_step():
@@ -1314,7 +1331,6 @@ def test_step_after_first_step_finishes_the_update_like_second_step():
         opt.step(lambda: None)
 
 
-@_needs_cpu_grad_scaler
 def test_step_after_first_step_under_the_attribute_contract_is_refused_at_w():
     """A wrapper that hides step's grad_scaler argument (Accelerate's) makes GradScaler hand SAM attributes made for
     the first pass: refused in one line, with the weights back at w, never a step at w + e."""

@@ -4,6 +4,7 @@ import argparse
 import copy
 import functools
 import inspect
+import re
 import warnings
 
 import pytest
@@ -171,6 +172,24 @@ def test_registry_holds_optimizer_classes_and_binds_each_names_defaults(name):
     assert type(opt) is cls and repr(opt).startswith(f'{cls.family.Settings.family}(')  # 'SAM(', not 'FactorySAM('
     assert type(opt.base_optimizer) is get_optimizer_class(info.defaults['base'], bind_defaults=False)
     assert all(g['adaptive'] == name.startswith('asam') for g in opt.param_groups)
+
+
+def test_each_combined_names_class_is_written_out_where_a_search_finds_it():
+    """timm reads each name's class (its __init__ signature): ``SAMAdamW`` for ``samadamw`` is a name of
+    sam_factory.py's source, that module's attribute, and the class the registry holds (so copies and pickles find
+    it)."""
+    from pathlib import Path
+
+    from timm_ext.optim import sam_factory
+    source = Path(sam_factory.__file__).read_text()
+    combined = [n for n in EXT_NAMES if n not in ('sam', 'asam', 'gsam', 'looksam')]
+    assert len(combined) == 56
+    for name in combined:
+        cls = get_optimizer_class(name, bind_defaults=False)
+        assert getattr(sam_factory, cls.__name__) is cls and re.search(rf'[ (]{cls.__name__}[,)]', source), name
+        assert cls.__module__ == sam_factory.__name__ and cls.__qualname__ == cls.__name__
+    assert get_optimizer_class('samadamw', bind_defaults=False) is sam_factory.SAMAdamW
+    assert get_optimizer_class('looksamlion', bind_defaults=False) is sam_factory.LookSAMLion
 
 
 def test_bare_names_build_on_adamw():

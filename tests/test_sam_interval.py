@@ -71,7 +71,6 @@ def test_plain_steps_are_clipped_like_sam_steps():
     torch.testing.assert_close(_flat(model.parameters()).detach(), expected)
 
 
-@pytest.mark.skipif(not hasattr(torch.amp, 'GradScaler'), reason='needs torch >= 2.3')
 @pytest.mark.filterwarnings('ignore:GradScaler is going to stop passing itself:FutureWarning')
 @pytest.mark.parametrize('contract', ['argument', 'attributes'])
 @pytest.mark.parametrize('train_clip', [None, 100.0])  # train.py unscales before its own clip, or SAM does

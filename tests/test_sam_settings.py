@@ -15,13 +15,13 @@ from timm.optim import get_optimizer_class
 from timm_ext.optim import (
     GSAM,
     SAM,
+    FactoryGSAM,
+    FactoryLookSAM,
+    FactorySAM,
     GSAMSettings,
     LookSAM,
     LookSAMSettings,
     SAMSettings,
-    create_gsam,
-    create_looksam,
-    create_sam,
     sam_opt_kwargs,
 )
 from timm_ext.optim.sam_settings import setting
@@ -64,14 +64,14 @@ def test_signatures_follow_the_declarations():
     assert _params(GSAM)[2:7] == ['rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min'] and 'rho' not in _params(GSAM)
     assert _params(LookSAM)[2:5] == ['rho', 'alpha', 'interval']
     assert inspect.signature(LookSAM).parameters['interval'].default == 5
-    for create, family in ((create_sam, SAM), (create_gsam, GSAM), (create_looksam, LookSAM)):
+    for create, family in ((FactorySAM, SAM), (FactoryGSAM, GSAM), (FactoryLookSAM, LookSAM)):
         # a bare name's class: the family's arguments, the three timm's factory hands any optimizer, then the rest
         assert _params(create) == ['params', 'base'] + _params(family)[2:-1] + ['eps', 'betas', 'momentum',
                                                                                 'base_kwargs']
     samadamw = get_optimizer_class('samadamw', bind_defaults=False)  # a combined name's: its base's arguments
     assert _params(samadamw) == ['params', 'base'] + _params(SAM)[2:-1] + [
         p for p in _params(torch.optim.AdamW) if p != 'params']
-    assert inspect.signature(create_sam).parameters['rho'].default is None  # 0.05, or 0.5 for ASAM
+    assert inspect.signature(FactorySAM).parameters['rho'].default is None  # 0.05, or 0.5 for ASAM
     positional = GSAM(nn.Linear(2, 2).parameters(), torch.optim.SGD, 0.2, 0.1, 0.3, lr=0.1)
     settings = positional.settings
     assert (settings.rho_max, settings.rho_min, settings.alpha, settings.lr_max) == (0.2, 0.1, 0.3, 0.1)

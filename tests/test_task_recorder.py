@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from timm.optim import create_optimizer_v2
 from timm.task import ClassificationTask, TrainingTask
 
-from timm_ext.optim import GSAM, SAM, LookSAM, replay_timm_task, task_finder
+from timm_ext.optim import GSAM, SAM, LookSAM, replay_timm_task
 from timm_ext.optim.task_recorder import RecorderState
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,13 +36,18 @@ def _batch(n=8):
     return torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
 
 
+def _watching():
+    """Whether TrainingTask.__call__ is wrapped to find a task (replay_timm_task without a task)."""
+    return TrainingTask.__call__ is not _TASK_CALL
+
+
 def _class_untouched():
     return TrainingTask.__call__ is _TASK_CALL and TrainingTask.__dict__.get('__call__') is _OWN_CALL
 
 
 def _no_sam_alive():
     gc.collect()
-    return not task_finder.is_watching() and _class_untouched()
+    return not _watching() and _class_untouched()
 
 
 def _call_is_held(task, seed=1, grad=True):
@@ -84,14 +89,14 @@ def test_task_class_is_wrapped_only_until_the_task_is_found():
     other = ClassificationTask(_model(), nn.CrossEntropyLoss(), verbose=False)
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1))
-    assert not task_finder.is_watching() and _class_untouched()  # building it watches nothing
+    assert not _watching() and _class_untouched()  # building it watches nothing
     replay_timm_task(opt)  # no task given: the first called task that owns the parameters
-    assert task_finder.is_watching() and TrainingTask.__call__ is not _TASK_CALL
+    assert _watching() and TrainingTask.__call__ is not _TASK_CALL
     assert not _call_is_held(other)  # a task that does not own the optimizer's parameters is ignored
-    assert task_finder.is_watching()
+    assert _watching()
     forwards = _forwards(model)
     task(*_batch())['loss'].backward()
-    assert not task_finder.is_watching() and _class_untouched()  # the class is as it was
+    assert not _watching() and _class_untouched()  # the class is as it was
     assert not _call_is_held(other)  # still ignored: the hook is on the found task only
     task.zero_grad()
     task(*_batch())['loss'].backward()
@@ -106,22 +111,22 @@ def test_recorder_lifecycle():
     x_ref = weakref.ref(x)
     older = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     newer = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
-    assert not task_finder.is_watching()
+    assert not _watching()
     replay_timm_task(older)
     replay_timm_task(newer)
-    assert task_finder.is_watching()
+    assert _watching()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     forwards = _forwards(model)
     task(x, y)['loss'].backward()
     # both own the task: the newer one binds and replays, the older one is stale and records nothing
-    assert not task_finder.is_watching()
+    assert not _watching()
     with pytest.raises(RuntimeError, match='captured since the last step .*a newer SAM over the same parameters took'):
         older.step()
     newer.step()
     assert forwards == [8, 8]
     del task, x, y
     gc.collect()  # a collected task: the batch is dropped and the SAM waits for a new task
-    assert x_ref() is None and task_finder.is_watching()
+    assert x_ref() is None and _watching()
     newer_ref = weakref.ref(newer)
     del newer
     assert newer_ref() is None and _no_sam_alive()  # the stale one waits for nothing
@@ -136,13 +141,13 @@ def test_closure_or_explicit_use_closes_the_recorder():
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     replay_timm_task(opt)
-    assert task_finder.is_watching()
+    assert _watching()
     opt.step(lambda: F.cross_entropy(model(x), y).backward())
     assert _no_sam_alive() and not _call_is_held(task)
-    assert opt.replay.state is RecorderState.CLOSED
+    assert opt.driver.replay.state is RecorderState.CLOSED
     opt2 = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     replay_timm_task(opt2)
-    assert task_finder.is_watching()
+    assert _watching()
     F.cross_entropy(model(x), y).backward()
     opt2.first_step()
     assert _no_sam_alive()
@@ -158,10 +163,10 @@ def test_a_collected_waiting_sam_restores_the_task_class():
     assert _no_sam_alive()
     opt = SAM(torch.optim.SGD(_model().parameters(), lr=0.1))
     replay_timm_task(opt)
-    assert task_finder.is_watching() and TrainingTask.__call__ is not _TASK_CALL
+    assert _watching() and TrainingTask.__call__ is not _TASK_CALL
     del opt
     gc.collect()
-    assert not task_finder.is_watching() and _class_untouched()
+    assert not _watching() and _class_untouched()
 
 
 _BUILDERS = {
@@ -182,12 +187,12 @@ def test_building_a_sam_leaves_timm_untouched_and_step_asks_for_replay_timm_task
     model = _model()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = _BUILDERS[build](model)
-    assert not task_finder.is_watching() and _class_untouched() and opt.replay is None
+    assert not _watching() and _class_untouched() and opt.driver.replay is None
     assert _no_global_module_hooks()
     forwards = _forwards(model)
     w0 = [p.detach().clone() for p in model.parameters()]
     task(*_batch())['loss'].backward()
-    assert not task_finder.is_watching() and _class_untouched() and opt.replay is None  # a call binds nothing
+    assert not _watching() and _class_untouched() and opt.driver.replay is None  # a call binds nothing
     with pytest.raises(RuntimeError, match=r'replay_timm_task'):
         opt.step()
     assert forwards == [8] and all(torch.equal(a, p) for a, p in zip(w0, model.parameters()))
@@ -199,21 +204,21 @@ def test_a_given_task_binds_at_once_without_wrapping_the_class():
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     replay_timm_task(opt, task)
-    assert opt.replay.state is RecorderState.BOUND and opt.replay.task is task  # before any call
-    assert not task_finder.is_watching() and _class_untouched() and _no_global_module_hooks()
+    assert opt.driver.replay.state is RecorderState.BOUND and opt.driver.replay.task is task  # before any call
+    assert not _watching() and _class_untouched() and _no_global_module_hooks()
     forwards = _forwards(model)
     w0 = [p.detach().clone() for p in model.parameters()]
     task(*_batch())['loss'].backward()
     opt.step()  # the first call is recorded and replayed
     assert forwards == [8, 8]
     assert not all(torch.equal(a, p) for a, p in zip(w0, model.parameters()))
-    assert not task_finder.is_watching() and _class_untouched()
+    assert not _watching() and _class_untouched()
     # a task over other parameters is refused, and the optimizer keeps no replay
     other = ClassificationTask(_model(), nn.CrossEntropyLoss(), verbose=False)
     opt2 = SAM(torch.optim.SGD(_model().parameters(), lr=0.1))
     with pytest.raises(ValueError, match=r'holds none of the optimizer\'s parameters'):
         replay_timm_task(opt2, other)
-    assert opt2.replay is None and not task_finder.is_watching() and not _call_is_held(other)
+    assert opt2.driver.replay is None and not _watching() and not _call_is_held(other)
 
 
 @pytest.mark.parametrize('given', [False, True], ids=['found', 'given'])

@@ -13,12 +13,11 @@ require_loadable_torchvision()  # timm imports torchvision: one line that names 
 # importing `models` registers the models with timm; `optim` registers SAM with timm's optimizer factory
 from timm_ext import layers, models, optim  # noqa: E402
 from timm_ext._timm_backports import apply_backports  # noqa: E402
-from timm_ext.integrations.autoload import install as install_integrations  # noqa: E402
+from timm_ext.integrations import accelerate, lightning  # noqa: E402, F401  (SAM's checks; no framework imported)
 from timm_ext.launch.train_py_hooks import install_if_train_py  # noqa: E402
 from timm_ext.version import __version__  # noqa: E402
 
 apply_backports()  # bugs of older timm releases that later ones fixed (create_loader, local-dir:)
-install_integrations()  # Lightning's and Accelerate's checks for SAM, imported when (and if) they are
 install_if_train_py()  # in timm's train.py (--device-modules timm_ext): exact resume, summary.csv continued
 
 __all__ = ['__version__', 'layers', 'models', 'optim']

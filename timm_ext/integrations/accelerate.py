@@ -1,6 +1,6 @@
 """SAM under Hugging Face Accelerate: the settings SAM cannot make exact with a closure, refused in one line.
 
-Imported by itself when Accelerate is (``timm_ext.integrations.autoload``); it registers its check with
+Imported by ``import timm_ext`` (it imports no Accelerate); it registers its check with
 ``timm_ext.optim.framework_checks``, so SAM itself knows nothing of Accelerate.
 
 Hugging Face Accelerate wraps the optimizer given to ``accelerator.prepare`` in an ``AcceleratedOptimizer``
@@ -15,8 +15,8 @@ Hugging Face Accelerate wraps the optimizer given to ``accelerator.prepare`` in 
 
 Only a ``step`` called by an ``AcceleratedOptimizer`` is checked (found among the callers' frames), so a closure
 loop that Accelerate does not drive is never refused, whatever an earlier ``Accelerator`` of the process left
-in Accelerate's process-wide ``GradientState``. Accelerate is never imported here: this runs only when the
-process has imported it (``autoload``).
+in Accelerate's process-wide ``GradientState``. Accelerate is never imported here: the check reads
+``sys.modules``, so it finds an ``AcceleratedOptimizer`` only in a process that has imported Accelerate.
 """
 import sys
 from typing import Any, Callable, Optional

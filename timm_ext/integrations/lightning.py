@@ -1,6 +1,6 @@
 """SAM under PyTorch Lightning: the settings SAM cannot make exact, refused in one line before the first update.
 
-Imported by itself when Lightning is (``timm_ext.integrations.autoload``); it registers its checks with
+Imported by ``import timm_ext`` (it imports no Lightning); it registers its checks with
 ``timm_ext.optim.framework_checks``, so SAM itself knows nothing of Lightning.
 
 Under automatic optimization Lightning hands ``SAM.step`` a closure built by its precision plugin,
@@ -17,8 +17,9 @@ arguments (the ``LightningModule``'s ``.trainer``), never guessed. Refused here:
 * manual optimization's ``opt.step()`` without a closure: nothing to re-evaluate at w + e;
 * ``accumulate_grad_batches > 1``: Lightning runs the window's earlier micro-batches outside ``step`` and hands
   SAM a closure for the last one only, so SAM could not re-evaluate the window at w + e. The message names the
-  Lightning pattern that can (manual optimization, a closure over the kept window; docs/integrations.md). A
-  closure that adds to gradients it did not zero is also refused generically (``closure_passes.ACCUMULATION``).
+  Lightning pattern that can (manual optimization, a closure over the kept window; docs/integrations.md). This
+  check is needed: outside Lightning, gradients from a backward before ``step(closure)`` are davda54/sam's first
+  pass (``timm_ext.optim.left_gradients``), so only Lightning's own setting tells a window apart.
 
 Some Lightning routes never give SAM a closure: ``precision='16-mixed'`` (``MixedPrecision`` and
 ``FSDPPrecision`` run the closure themselves, then ``GradScaler.step(optimizer)``) and DeepSpeed (its engine

@@ -53,18 +53,16 @@ class WrappedOptimizer(Optimizer):
     """An optimizer whose groups, state and defaults are ``self.base_optimizer``'s; torch's hooks are its own.
     A copy or a pickle keeps the attributes named in ``_copied`` and rebuilds the rest (``_init_runtime``)."""
     base_optimizer: Optimizer
-    _copied: Tuple[str, ...] = ('base_optimizer', 'zero_grad_calls')
+    _copied: Tuple[str, ...] = ('base_optimizer',)
 
     def _wrap(self, params: Any, base_optimizer: Any, base_kwargs: Dict[str, Any]) -> None:
         self.base_optimizer = build_base_optimizer(params, base_optimizer, base_kwargs)
         refuse_flat_parameters([p for group in self.param_groups for p in group['params']])
-        self.zero_grad_calls = 0  # a closure that zeroes is not adding to an accumulation window
 
     def _init_runtime(self) -> None:
         self._init_wrapper()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self.zero_grad_calls += 1
         self.base_optimizer.zero_grad(set_to_none=set_to_none)
 
     def __getstate__(self) -> Dict[str, Any]:

@@ -1,65 +1,59 @@
-"""SAM's two passes from a closure (torch's convention): the closure zeroes the grads, computes and
-back-propagates the loss, and returns it.
+"""SAM's two passes from ``step(closure)``, in either closure convention (``left_gradients``).
 
-Both passes of a chunk draw the same random numbers (dropout, drop-path): the generators' state is taken
-before the first pass and restored, in a fork, for the second, as the paper's JAX code uses one PRNG key
-per step. With ``no_sync`` (e.g. ``ddp_model.no_sync``) the first pass stays local to the worker, so each
-worker perturbs with its own gradient; under m-sharpness both passes of every chunk do, and SAM
-all-reduces the mean once.
+* torch's: the closure zeroes the grads, computes and back-propagates the loss, and returns it; it runs at w and
+  at w + e. Both calls of a chunk draw the same random numbers (dropout, drop-path): the generators' state is
+  taken before the first call and restored, in a fork, for the second, as the paper's JAX code uses one PRNG key
+  per step.
+* davda54/sam's (and pytorch-optimizer's): the caller ran the backward at w before ``step(closure)``; the closure
+  runs once, at w + e, in the random state of the moment (the caller's forward drew its masks already).
+
+With ``no_sync`` (e.g. ``ddp_model.no_sync``) the first pass stays local to the worker, so each worker perturbs
+with its own gradient; under m-sharpness both passes of every chunk do, and SAM all-reduces the mean once.
+m-sharpness cuts the closure's batch with the ``chunk`` it is handed, so it always runs both passes per chunk.
 """
 from contextlib import nullcontext
 from typing import Any, Callable, ContextManager, List, Optional, Sequence
 
 import torch
 
-from timm_ext.optim.ddp import sync_context
+from timm_ext.optim.ddp import NoSync, sync_context
+from timm_ext.optim.left_gradients import LeftGradients
 from timm_ext.optim.m_sharpness import BatchChunk, check_chunk_sync, mean_loss
 from timm_ext.optim.rng import RngState
 
-__all__ = ['ACCUMULATION', 'ClosurePasses', 'batch_norm_in_graph']
-
-ACCUMULATION = (
-    'SAM.step(closure): the closure added to gradients of earlier backward passes without zeroing them, i.e. '
-    'gradient accumulation (Lightning accumulate_grad_batches > 1, Accelerate gradient_accumulation_steps > 1), '
-    'and SAM can re-evaluate only the closure\'s own batch at w + e: train on the accumulated batch at once, or '
-    'call first_step(), replay the window and step() (docs/integrations.md); a closure must call '
-    'optimizer.zero_grad()')
+__all__ = ['ClosurePasses', 'batch_norm_in_graph']
 
 
 class ClosurePasses:
-    """The passes of one update from ``closure``; cut into chunks of ``m_sharpness`` images when given."""
-    first_pass_done = False
+    """The passes of one update from ``closure`` (the ``Passes`` protocol of ``sam_step``); cut into chunks of
+    ``m_sharpness`` images when given. ``first_pass_done``: the caller's backward at w is the first pass."""
 
-    def __init__(self, closure: Callable[..., Any], m_sharpness: Optional[int],
-                 no_sync: Optional[Callable[[], ContextManager]] = None, cuda_devices: Sequence[int] = (),
-                 params: Sequence[torch.Tensor] = (), zero_grad_calls: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, closure: Callable[..., Any], m_sharpness: Optional[int], no_sync: NoSync,
+                 cuda_devices: Sequence[int], params: Sequence[torch.Tensor], left: LeftGradients) -> None:
         self.closure = closure
         self.params = list(params)
-        self.zero_grad_calls = zero_grad_calls  # how often the optimizer's zero_grad() ran so far
+        self.left = left
         self.cuda_devices = tuple(cuda_devices)  # the generators a pass over the parameters draws from
         self.chunked = bool(m_sharpness)
         self.chunk = BatchChunk(m_sharpness) if self.chunked else None
         self.no_sync = no_sync
+        self.first_pass_done = not self.chunked and left.first_pass_done(self.params)
         self._rng: Optional[RngState] = None
 
     def _call(self) -> Any:
         with torch.enable_grad():
             return self.closure(self.chunk) if self.chunked else self.closure()
 
-    def _first_call(self) -> Any:
-        """The closure's first call, refused if it added to gradients it did not zero (accumulation)."""
-        before = {p: p.grad for p in self.params if p.grad is not None}
-        zeroed = self.zero_grad_calls()
-        loss = self._call()
-        if before and self.zero_grad_calls() == zeroed and all(p.grad is g for p, g in before.items()):
-            raise ValueError(ACCUMULATION)
-        return loss
-
     def plain_pass(self) -> Any:
-        """A plain step's one pass: the whole batch (``chunk(x, y)`` returns it unchanged)."""
+        """A plain step's one pass (``interval``): the whole batch (``chunk(x, y)`` returns it unchanged); nothing
+        when the caller's backward is there already."""
+        if self.first_pass_done:
+            return None
         if self.chunked:
             self.chunk = BatchChunk(None)
-        return self._first_call()
+        loss = self._call()
+        self.left.check_closure_zeroed(self.params)
+        return loss
 
     def context(self) -> ContextManager:
         if self.chunked:
@@ -70,16 +64,22 @@ class ClosurePasses:
         return self.chunk.count if self.chunked else 1
 
     def first(self, index: int) -> Any:
+        if self.first_pass_done:
+            return None
         if self.chunked:
             self.chunk.index = index
         self._rng = RngState.capture(self.cuda_devices)
         with sync_context(self.no_sync):
-            return self._first_call() if index == 0 else self._call()
+            loss = self._call()
+        if index == 0:
+            self.left.check_closure_zeroed(self.params)
+        return loss
 
-    def second(self, index: int, scale_loss: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def second(self, index: int, scale_loss: Callable[[torch.Tensor], torch.Tensor]) -> Any:
         """The closure scales its own loss (``scaler.scale(loss).backward()``), so ``scale_loss`` is not used."""
-        with sync_context(self.no_sync if self.chunked else None), self._rng.restored():
-            self._call()
+        same_masks = self._rng.restored() if self._rng is not None else nullcontext()
+        with sync_context(self.no_sync if self.chunked else None), same_masks:
+            return self._call()
 
     def may_move_buffers(self, loss: Any) -> bool:
         """Whether the closure's forward may move module buffers SAM was not given: batch norm in the graph of the
@@ -87,7 +87,7 @@ class ClosurePasses:
         return batch_norm_in_graph(loss)
 
     def result(self, losses: List[Any]) -> Any:
-        """The loss at w (m-sharpness: the chunks' mean)."""
+        """The loss at w (m-sharpness: the chunks' mean); None when the first pass was the caller's."""
         return mean_loss(losses) if self.chunked else losses[0]
 
 

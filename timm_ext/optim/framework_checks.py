@@ -1,8 +1,8 @@
 """Training-framework settings SAM cannot make exact, refused in one line before the first pass.
 
 SAM knows no framework. A framework's integration module (``timm_ext.integrations.lightning``,
-``timm_ext.integrations.accelerate``) registers its checks here when the framework is imported
-(``timm_ext.integrations.autoload``), and ``SAM.step`` asks them before anything moves: a closure that comes from
+``timm_ext.integrations.accelerate``, both imported by ``import timm_ext``) registers its checks here, and
+``SAM.step``'s driver asks them before anything moves: a closure that comes from
 a setting that would make the update silently different from SAM, or a ``step()`` without a closure from a
 framework that ran the closure itself.
 """

@@ -16,17 +16,20 @@ of two ways:
   GradScaler.step hands the optimizer the first pass's scale and inf check only, and the second backward
   runs inside ``step()``, where the caller's scaler never sees it; so it goes through a second
   ``torch.amp.GradScaler`` (scale, ``unscale_``, ``step``, ``update``: GradScaler's own contract), started at
-  the first scale the caller's scaler gave and kept by the driver across steps.
+  the first scale the caller's scaler gave, kept by the step driver across steps (``SecondPassScaler``) and saved
+  in the optimizer's state dict, so a resumed run continues with the scale it had.
+
+The base optimizer's step is SAM's own call (``SAM.apply_descent``): ``step_scaler()`` says which scaler steps it,
+if any, and ``after_step()`` what follows.
 """
 import math
 from typing import Any, Dict, List, Optional
 
 import torch
 
-from timm_ext.optim.sharded import global_norm
-from timm_ext.optim.torch_compat import total_norm
+from timm_ext.optim.sharded import global_norm, total_norm
 
-__all__ = ['GradScalerArgument', 'GradScalerAttributes', 'LossScaling', 'NO_SCALING',
+__all__ = ['GradScalerArgument', 'GradScalerAttributes', 'LossScaling', 'NO_SCALING', 'SecondPassScaler',
            'explicit_scaling', 'scaling_for']
 
 
@@ -66,11 +69,44 @@ class LossScaling:
         """Unscale the second-pass gradient; False when the update must be skipped."""
         return True
 
-    def step(self, base_optimizer: torch.optim.Optimizer) -> None:
-        base_optimizer.step()
+    def step_scaler(self) -> Optional[Any]:
+        """The ``GradScaler`` whose ``step(base_optimizer)`` runs the base step (it skips an overflowed one), or
+        None: the base optimizer steps by itself."""
+        return None
+
+    def after_step(self) -> None:
+        """After the base step (a scaler of SAM's own updates its scale)."""
 
 
 NO_SCALING = LossScaling()
+
+
+class SecondPassScaler:
+    """The ``GradScaler`` of SAM's own for the second pass under torch's attribute contract: made at the first
+    fp16 step, kept across steps, and saved and loaded with the optimizer (a state loaded before it exists is
+    applied when it is made)."""
+
+    def __init__(self) -> None:
+        self.scaler: Optional[Any] = None
+        self._loaded: Optional[Dict[str, Any]] = None
+
+    def get(self, device_type: str, init_scale: float) -> Any:
+        if self.scaler is None:
+            self.scaler = torch.amp.GradScaler(device_type, init_scale=init_scale)
+            if self._loaded is not None:
+                self.scaler.load_state_dict(self._loaded)
+                self._loaded = None
+        return self.scaler
+
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        return self.scaler.state_dict() if self.scaler is not None else self._loaded
+
+    def load_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
+        """A checkpoint's scaler state (checked by ``sam_checkpoint``), or None: no scaler until the next fp16 step."""
+        if self.scaler is not None and state is not None:
+            self.scaler.load_state_dict(state)
+        else:
+            self.scaler, self._loaded = None, (dict(state) if state is not None else None)
 
 
 class GradScalerArgument(LossScaling):
@@ -92,18 +128,19 @@ class GradScalerArgument(LossScaling):
         _unscale_once(self.grad_scaler, base_optimizer)
         return True  # scaler.step(base) skips an overflowed update and tells update() to back off
 
-    def step(self, base_optimizer: torch.optim.Optimizer) -> None:
-        self.grad_scaler.step(base_optimizer)
+    def step_scaler(self) -> Optional[Any]:
+        return self.grad_scaler  # the caller's: its step skips an overflowed update and update() backs off
 
 
 class GradScalerAttributes(LossScaling):
     """``GradScaler.step`` set ``grad_scale`` / ``found_inf`` on the optimizer (torch's current contract); the
-    second pass goes through ``state['second_pass_scaler']``, a GradScaler of SAM's own (see the module docstring)."""
+    second pass goes through ``second_pass``, a GradScaler of SAM's own (see the module docstring)."""
 
-    def __init__(self, grad_scale: Optional[torch.Tensor], found_inf: torch.Tensor, state: Dict[str, Any]) -> None:
+    def __init__(self, grad_scale: Optional[torch.Tensor], found_inf: torch.Tensor,
+                 second_pass: SecondPassScaler) -> None:
         self.grad_scale = None if grad_scale is None else float(grad_scale)
         self.found_inf = found_inf
-        self.state = state
+        self.second_pass = second_pass
 
     def unscale_first(self, optimizer: torch.optim.Optimizer) -> None:
         if self.grad_scale is not None:
@@ -114,19 +151,13 @@ class GradScalerAttributes(LossScaling):
     def first_overflowed(self, norm: float) -> bool:
         return bool(self.found_inf.item()) or not math.isfinite(norm)
 
-    def _second_pass_scaler(self, device_type: str) -> Any:
-        scaler = self.state.get('second_pass_scaler')
-        if scaler is None:
-            init_scale = self.grad_scale if self.grad_scale is not None else 2.0 ** 16  # GradScaler's default
-            scaler = self.state['second_pass_scaler'] = torch.amp.GradScaler(device_type, init_scale=init_scale)
-        return scaler
-
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        return self._second_pass_scaler(loss.device.type).scale(loss)
+        init_scale = self.grad_scale if self.grad_scale is not None else 2.0 ** 16  # GradScaler's default
+        return self.second_pass.get(loss.device.type, init_scale).scale(loss)
 
     def unscale_second(self, base_optimizer: torch.optim.Optimizer) -> bool:
         grads = _grads(base_optimizer)
-        scaler = self.state.get('second_pass_scaler')
+        scaler = self.second_pass.scaler
         if not grads or scaler is None:
             return True
         scaler.unscale_(base_optimizer)
@@ -135,22 +166,22 @@ class GradScalerAttributes(LossScaling):
         scaler.update()  # the inf unscale_ found: the scale backs off, and this update is skipped
         return False
 
-    def step(self, base_optimizer: torch.optim.Optimizer) -> None:
-        scaler = self.state.get('second_pass_scaler')
-        if scaler is None:
-            base_optimizer.step()
-            return
-        scaler.step(base_optimizer)
-        scaler.update()
+    def step_scaler(self) -> Optional[Any]:
+        return self.second_pass.scaler  # None when the second pass was not scaled (nothing to skip)
+
+    def after_step(self) -> None:
+        if self.second_pass.scaler is not None:
+            self.second_pass.scaler.update()
 
 
-def scaling_for(optimizer: torch.optim.Optimizer, grad_scaler: Optional[Any], state: Dict[str, Any]) -> LossScaling:
+def scaling_for(optimizer: torch.optim.Optimizer, grad_scaler: Optional[Any],
+                second_pass: SecondPassScaler) -> LossScaling:
     """``step()``'s loss scaling: the scaler passed in, else the attributes ``GradScaler.step`` set, else none."""
     if grad_scaler is not None:
         return GradScalerArgument(grad_scaler)
     found_inf = getattr(optimizer, 'found_inf', None)
     if found_inf is not None:
-        return GradScalerAttributes(getattr(optimizer, 'grad_scale', None), found_inf, state)
+        return GradScalerAttributes(getattr(optimizer, 'grad_scale', None), found_inf, second_pass)
     return NO_SCALING
 
 

@@ -4,6 +4,8 @@ train.py has already run the first pass (the training task's forward and backwar
 there; the second pass replays the task's calls of this step, recorded by ``task_recorder``, at w + e under
 the same autocast and random state (and loss scale). Under m-sharpness train.py's whole-batch gradient is
 not used: each recorded call is cut into chunks, and both passes of every chunk are replayed.
+
+``TaskReplay`` is the recorder a SAM's step driver replays (``sam_step.Replay``), attached by ``task_replay``.
 """
 from contextlib import nullcontext
 from typing import Any, Callable, ContextManager, List, Optional, Tuple
@@ -13,48 +15,41 @@ import torch
 from timm_ext.optim.ddp import no_sync_of, sync_context, world_size
 from timm_ext.optim.m_sharpness import check_chunk_sync, chunk_count
 from timm_ext.optim.rng import RngState
+from timm_ext.optim.sam_step import HOW_TO_USE, NoSecondPassError
 from timm_ext.optim.task_recorder import RecorderState, TaskCall, TaskRecorder
 
-__all__ = ['HOW_TO_USE', 'NoSecondPassError', 'ReplayPasses', 'replay_passes']
-
-HOW_TO_USE = (
-    'pass a closure (optimizer.step(closure)), call first_step() and second_step() around your second '
-    'forward-backward, train with timm\'s train.py (task API, timm >= 1.0.23), where SAM replays the task, '
-    'call timm_ext.optim.replay_timm_task(optimizer, task) once in your own loop over a timm training task, '
-    'or use timm_ext.integrations.hf_trainer.SAMTrainer in the Hugging Face Trainer')
+__all__ = ['ReplayPasses', 'TaskReplay']
 
 
+class TaskReplay(TaskRecorder):
+    """The recorder of one SAM's training task, as its step driver replays it (``sam_step.Replay``)."""
 
-class NoSecondPassError(RuntimeError):
-    """``step()`` has gradients but no way to evaluate the loss at w + e (no closure, no training task replayed):
-    SAM refuses rather than take a plain base-optimizer step that would silently not be SAM."""
+    @property
+    def has_calls(self) -> bool:
+        return bool(self.calls)
 
-
-def replay_passes(recorder: Optional[TaskRecorder], has_grads: bool, sam_step_due: bool,
-                  m_sharpness: Optional[int]) -> 'ReplayPasses':
-    """This step's passes from the recorded calls; a one-line error where there is nothing to replay."""
-    calls = recorder.take() if recorder is not None else []
-    if not has_grads:
-        if calls:
-            raise RuntimeError('SAM.step(): the training task ran but no gradients exist; '
-                               'call backward() on its loss before step()')
-        raise RuntimeError(f'SAM.step() has no closure, no gradients and no captured training-task call: '
-                           f'{HOW_TO_USE}')
-    if not sam_step_due:  # a plain step needs no replay
-        return ReplayPasses(recorder, [], None)
-    if recorder is None:
-        raise NoSecondPassError('SAM.step() without a closure can only re-evaluate the loss by replaying a timm '
-                                f'training task, and none was attached to this optimizer: {HOW_TO_USE}')
-    if not calls:
-        closed = (' (task capture was turned off because this optimizer was driven by a closure or by '
-                  'first_step(), or a newer SAM over the same parameters took its task)'
-                  if recorder.state is RecorderState.CLOSED else '')
-        raise NoSecondPassError(
-            'SAM.step() without a closure can only re-evaluate the loss inside timm\'s train.py task API, '
-            f'but no timm TrainingTask call was captured since the last step{closed}: {HOW_TO_USE}')
-    if m_sharpness and _one_local_chunk(calls, m_sharpness):
-        m_sharpness = None  # train.py's gradient is already the one chunk's own
-    return ReplayPasses(recorder, calls, m_sharpness)
+    def passes(self, has_grads: bool, sam_step_due: bool, m_sharpness: Optional[int]) -> 'ReplayPasses':
+        """This step's passes from the recorded calls (taken: the record is empty after); a one-line error where
+        there is nothing to replay."""
+        calls = self.take()
+        if not has_grads:
+            if calls:
+                raise RuntimeError('SAM.step(): the training task ran but no gradients exist; '
+                                   'call backward() on its loss before step()')
+            raise RuntimeError(f'SAM.step() has no closure, no gradients and no captured training-task call: '
+                               f'{HOW_TO_USE}')
+        if not sam_step_due:  # a plain step needs no replay
+            return ReplayPasses(self, [], None)
+        if not calls:
+            closed = (' (task capture was turned off because this optimizer was driven by a closure or by '
+                      'first_step(), or a newer SAM over the same parameters took its task)'
+                      if self.state is RecorderState.CLOSED else '')
+            raise NoSecondPassError(
+                'SAM.step() without a closure can only re-evaluate the loss inside timm\'s train.py task API, '
+                f'but no timm TrainingTask call was captured since the last step{closed}: {HOW_TO_USE}')
+        if m_sharpness and _one_local_chunk(calls, m_sharpness):
+            m_sharpness = None  # train.py's gradient is already the one chunk's own
+        return ReplayPasses(self, calls, m_sharpness)
 
 
 def _one_local_chunk(calls: List[TaskCall], m_sharpness: int) -> bool:

@@ -12,24 +12,22 @@ One update, as the paper writes it:
     w = base_optimizer.step(w, h)      # from w, with the gradient taken at w + e
 
 This file is that update (its arithmetic in ``sam_functional``), the hooks GSAM and LookSAM override, and the
-state dict. Who runs the passes sits above it, on its public methods: ``sam_step`` for ``step()`` (a closure,
-m-sharpness chunks, timm's training task replayed by ``task_replay``), or your loop's first/second_step().
+state dict. ``step()`` hands its passes to its ``sam_step.StepDriver``, which calls the public methods below.
 """
 import warnings
-from typing import Any, Callable, ClassVar, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.nn as nn
 
 from timm_ext.optim.base_optimizer import WrappedOptimizer, check_model
 from timm_ext.optim.loss_scaling import NO_SCALING, LossScaling, explicit_scaling
-from timm_ext.optim.module_buffers import BufferSnapshot
 from timm_ext.optim.sam_checkpoint import load_sam_state, sam_state_dict
-from timm_ext.optim.sam_functional import clip_gradient_, sam_perturb_, sam_restore_
+from timm_ext.optim.sam_functional import clip_gradient_, hold_buffers_, restore_buffers_, sam_perturb_, sam_restore_
 from timm_ext.optim.sam_settings import SAM_RHO, SAMSettings
+from timm_ext.optim.sam_step import StepDriver
 
 __all__ = ['SAM']
-
 
 
 class SAM(WrappedOptimizer):
@@ -50,16 +48,13 @@ class SAM(WrappedOptimizer):
             each ascends with its own gradient, and the descent gradient is the chunks' mean (``m_sharpness``).
         **base_kwargs: davda54/sam style: the base optimizer's arguments (``lr``, ``momentum``, ...).
 
-    Three ways to drive it: ``step(closure)``; ``first_step()`` / ``second_step()`` around your second
-    forward-backward; ``step()`` after the backward of timm's training task (``timm_ext.optim.replay_timm_task``;
-    train.py does it for you).
+    Three ways to drive it: ``step(closure)`` (torch's or davda54/sam's closure convention); ``first_step()`` and
+    ``second_step()`` around your second forward-backward; ``step()`` over timm's training task (``replay_timm_task``).
     """
     _step_supports_amp_scaling = True  # GradScaler.step(sam) hands SAM the scale (see loss_scaling)
     Settings = SAMSettings  # a family's settings: its checks, its state-dict entry, its repr
     needs_clean_gradient = False  # hook: keep the first-pass gradient g for the hooks (GSAM, LookSAM)
-    # runs step()'s passes; set by timm_ext.optim.sam_step (above this file, on its public methods) at import
-    driver: ClassVar[Optional[Callable[..., Any]]] = None
-    _copied = ('base_optimizer', 'settings', 'model', '_updates', '_perturbed', '_skip', 'zero_grad_calls')
+    _copied = ('base_optimizer', 'settings', 'model', '_updates', '_perturbed', '_skip')
 
     def __init__(
             self,
@@ -81,8 +76,7 @@ class SAM(WrappedOptimizer):
         given.update({name: base_kwargs.pop(name) for name in names if name in base_kwargs})
         self.settings = self.Settings(**{name: value for name, value in given.items() if name in names})
         self._wrap(params, base_optimizer, base_kwargs)
-        check_model(model, self.Settings.family)
-        self.model = model
+        self.set_model(model)
         self.defaults.update(self.settings.group_defaults())
         self._add_group_defaults()
         self._updates = 0  # updates done, SAM or plain: decides which one is due
@@ -93,26 +87,23 @@ class SAM(WrappedOptimizer):
     def _init_runtime(self) -> None:
         self._backup: Dict[torch.Tensor, torch.Tensor] = {}  # w during the second pass (allocated once)
         self._clean: Dict[torch.Tensor, torch.Tensor] = {}  # g, for the hooks that need it
-        self._buffers = BufferSnapshot()
+        self._buffer_copies: Dict[torch.Tensor, torch.Tensor] = {}  # the model's buffers during the second pass
+        self._held: Optional[List[torch.Tensor]] = None  # the buffers held this update
         self._warned: set = set()
-        self.replay: Any = None  # timm's training task, replayed by step() (timm_ext.optim.task_replay)
-        self.driver_state: Dict[str, Any] = {}  # what the driver keeps across steps (fp16: its second-pass scaler)
+        self.driver = StepDriver([p for group in self.param_groups for p in group['params']])  # runs step()
         self._init_wrapper()
 
     def _add_group_defaults(self) -> None:
         for idx, group in enumerate(self.param_groups):
-            for key, value in self.settings.group_defaults().items():
-                group.setdefault(key, value)
+            group.update({k: v for k, v in self.settings.group_defaults().items() if k not in group})
             self.settings.check_group(group, where=f' in param group {idx}')
 
     def set_model(self, model: Optional[nn.Module]) -> None:  # whose buffers SAM holds, whose head AGC leaves out
         check_model(model, self.Settings.family)
         self.model = model
 
-    @property
-    def sam_step_due(self) -> bool:
-        """Whether the next update is a SAM step (every ``interval``-th, the first one included)."""
-        return self._updates % self.settings.interval == 0
+    sam_step_due = property(lambda self: self._updates % self.settings.interval == 0,
+                            doc='Whether the next update is a SAM step (every interval-th, the first one included).')
 
     perturbed = property(lambda self: self._perturbed is not None, doc='Between first_step() and second_step().')
     update_skipped = property(lambda self: self._skip, doc='This update\'s first pass overflowed (fp16).')
@@ -121,8 +112,8 @@ class SAM(WrappedOptimizer):
         return self._clean  # g of the last ascent per parameter, when needs_clean_gradient (GSAM, LookSAM)
 
     def extra_memory_bytes(self) -> int:  # beside the base optimizer: the copy of w (GSAM/LookSAM: of g) and buffers
-        kept = list(self._backup.values()) + list(self._clean.values())
-        return sum(t.numel() * t.element_size() for t in kept) + self._buffers.nbytes
+        kept = list(self._backup.values()) + list(self._clean.values()) + list(self._buffer_copies.values())
+        return sum(t.numel() * t.element_size() for t in kept)
 
     def params_with_grad(self) -> List[torch.Tensor]:
         return [p for group in self.param_groups for p in group['params'] if p.grad is not None]
@@ -149,7 +140,7 @@ class SAM(WrappedOptimizer):
         """Abandon a step begun by ``first_step()``: weights and buffers back as they were at w, nothing stepped."""
         self._skip = False
         self.restore()
-        self._buffers.restore()
+        self.release_buffers()
 
     @torch.no_grad()
     def first_step(self, zero_grad: bool = True, grad_scaler: Optional[Any] = None) -> None:
@@ -162,8 +153,8 @@ class SAM(WrappedOptimizer):
             raise RuntimeError('SAM.first_step() was called twice; call second_step() after the second backward')
         if not self.params_with_grad():
             raise RuntimeError('SAM.first_step() found no gradients: run forward and backward at w first')
-        if self.replay is not None:
-            self.replay.close()  # an explicit loop never needs the training task's replay
+        self.driver.close_replay()  # an explicit loop never needs the training task's replay
+        self.warn_unknown_model()
         self.ascend(explicit_scaling(grad_scaler))
         if zero_grad:
             self.zero_grad()
@@ -173,28 +164,27 @@ class SAM(WrappedOptimizer):
         """After the backward at w + e: back to w bit-exactly, then the base optimizer's step with that gradient."""
         scaling = explicit_scaling(grad_scaler)
         descend = self.descend(scaling)
-        self._buffers.restore()
+        self.release_buffers()
         self.apply_descent(descend, scaling, self._clean, zero_grad)
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[..., Any]] = None, grad_scaler: Optional[Any] = None,
              no_sync: Optional[Callable[[], Any]] = None) -> Optional[Any]:
-        """One update: a SAM step, or a plain one when ``interval`` says so; after ``first_step()``, the rest of it.
+        """One update (a plain one when ``interval`` says so); after ``first_step()``, the rest of it. ``closure``:
+        torch's convention (it zeroes, back-propagates and returns the loss; run at w and w + e; the loss at w is
+        returned) or davda54/sam's (your backward at w came first; run at w + e only; None returned); none: timm's
+        training task replayed. ``grad_scaler``: the closure's fp16 scaler; ``no_sync``: the first pass runs in it."""
+        return self.driver.step(self, closure, grad_scaler, no_sync)
 
-        ``closure`` zeroes the grads, back-propagates the loss and returns it; it runs at w and at w + e with the
-        same random state (under ``m_sharpness`` it takes a ``chunk``: ``xs, ys = chunk(x, y)``). Without one, the
-        training task's calls are replayed at w + e (``replay_timm_task``). ``grad_scaler``: the fp16
-        ``torch.amp.GradScaler`` the closure scales with. ``no_sync`` (e.g. ``ddp_model.no_sync``): the first pass
-        runs in it, so each worker perturbs with its own gradient. The passes are run by ``SAM.driver``.
-        """
-        return type(self).driver(self, closure, grad_scaler, no_sync)
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.base_optimizer.zero_grad(set_to_none=set_to_none)
+        self.driver.left.zeroed([p for group in self.param_groups for p in group['params']], set_to_none)
 
-    def ascend(self, scaling: LossScaling = NO_SCALING, warn_unknown_model: bool = True) -> None:
-        """Unscale g, then perturb (GSAM sets rho first; the buffers are held); an overflowed first pass marks the
-        update as skipped."""
+    def ascend(self, scaling: LossScaling = NO_SCALING) -> None:
+        """Unscale g, perturb (GSAM sets rho first; buffers held); an overflowed first pass skips the update."""
         scaling.unscale_first(self)
         self.prepare_sam_step()
-        self.hold_buffers(warn_unknown_model)
+        self.hold_buffers()
         self._skip = scaling.first_overflowed(self.perturb())
 
     def descend(self, scaling: LossScaling = NO_SCALING) -> bool:
@@ -217,7 +207,12 @@ class SAM(WrappedOptimizer):
             return
         self.observe_sam_gradient(self.params_with_grad(), clean)
         self._clip()
-        scaling.step(self.base_optimizer)  # GradScaler.step skips it if the second pass overflowed
+        scaler = scaling.step_scaler()  # fp16: GradScaler.step skips the step if the second pass overflowed
+        if scaler is None:
+            self.base_optimizer.step()
+        else:
+            scaler.step(self.base_optimizer)
+        scaling.after_step()
         self._updates += 1
         self.after_sam_step()
         if zero_grad:
@@ -241,15 +236,18 @@ class SAM(WrappedOptimizer):
             module = self._module('AGC cannot leave the classifier head out') if mode == 'agc' else None
             clip_gradient_(self.params_with_grad(), self.settings.clip_grad, mode, module)
 
-    def hold_buffers(self, warn_unknown_model: bool = True) -> None:
+    def hold_buffers(self) -> None:
         """Copy the model's buffers (BatchNorm statistics), once per update, so the second pass cannot move them."""
-        if warn_unknown_model:
-            self._module('its buffers (BatchNorm statistics) are updated by both passes')
-        if not self._buffers.held:
-            self._buffers.capture(self.model)
+        if self._held is None:
+            self._held = hold_buffers_(self.model, self._buffer_copies)
 
-    def release_buffers(self) -> None:
-        self._buffers.restore()  # the held buffers back to their first-pass values
+    def release_buffers(self) -> None:  # the held buffers back to their first-pass values
+        if self._held is not None:
+            restore_buffers_(self._held, self._buffer_copies)
+        self._held = None
+
+    def warn_unknown_model(self) -> None:  # once, when SAM has no model
+        self._module('its buffers (BatchNorm statistics) are updated by both passes')
 
     def _module(self, purpose: str) -> Optional[nn.Module]:  # warns once per purpose when SAM has no model
         if self.model is None and purpose not in self._warned:
@@ -280,12 +278,15 @@ class SAM(WrappedOptimizer):
 
     def state_dict(self) -> Dict[str, Any]:
         """The base optimizer's (groups carry rho/adaptive/eta) + ``"sam"``: settings and update count, for resume."""
-        return self._with_state_dict_hooks(lambda: sam_state_dict(self.base_optimizer, self.settings, self._updates))
+        return self._with_state_dict_hooks(lambda: sam_state_dict(
+            self.base_optimizer, self.settings, self._updates, self.driver.state_dict()))
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """A SAM state dict, or the base optimizer's: all checked first; its settings win, each change logged."""
         def load(state_dict: Dict[str, Any]) -> None:
-            self.settings, self._updates = load_sam_state(self.base_optimizer, self.settings, self._updates, state_dict)
+            self.settings, self._updates, entry = load_sam_state(
+                self.base_optimizer, self.settings, self._updates, self.driver.state_dict(), state_dict)
+            self.driver.load_state_dict(entry)
             self._add_group_defaults()
         self._with_load_state_dict_hooks(state_dict, load)
 

@@ -1,11 +1,12 @@
 """SAM's entry in the optimizer state dict: build it, check a loaded one, and say which settings it changes.
 
 The state dict is the base optimizer's (its per-parameter state, LookSAM's kept direction included, and the
-groups, which carry ``rho``/``adaptive``/``eta``) plus a ``"sam"`` entry: the family's optimizer-wide settings
-and the update count (``step``). Each group carries a copy of the entry under ``"sam_state"``, because
-``torch.distributed.checkpoint`` (FSDP2) keeps only ``state`` and ``param_groups``. A loaded entry is checked
-before anything is loaded and wins over this run's settings, so a resumed run continues exactly; each setting
-it changes is logged.
+groups, which carry ``rho``/``adaptive``/``eta``) plus a ``"sam"`` entry: the family's optimizer-wide settings,
+the update count (``step``) and, once fp16 training under torch's attribute contract made one, the state of
+SAM's second-pass ``GradScaler`` (``second_pass_scaler``). Each group carries a copy of the entry under
+``"sam_state"``, because ``torch.distributed.checkpoint`` (FSDP2) keeps only ``state`` and ``param_groups``. A
+loaded entry is checked before anything is loaded and wins over this run's settings, so a resumed run continues
+exactly; each setting it changes is logged.
 """
 import logging
 from typing import Any, Dict, List, Tuple
@@ -24,9 +25,9 @@ GROUP_KEY = 'sam_state'
 _WHERE = ' in the loaded state dict'
 
 
-def sam_entry(settings: SAMSettings, updates: int) -> Dict[str, Any]:
-    """The ``"sam"`` entry of a state dict."""
-    return dict(settings.optimizer_values(), step=updates)
+def sam_entry(settings: SAMSettings, updates: int, driver_state: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``"sam"`` entry of a state dict (``driver_state``: what the step driver keeps, e.g. its scaler)."""
+    return dict(settings.optimizer_values(), step=updates, **driver_state)
 
 
 def split_entry(state_dict: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
@@ -53,6 +54,10 @@ def checked_entry(loaded: Any, current: Dict[str, Any], settings: SAMSettings) -
     step = merged['step']
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f'SAM step count must be an integer >= 0, got step={step!r}{_WHERE}')
+    scaler = merged.get('second_pass_scaler')
+    if scaler is not None and not (isinstance(scaler, dict) and isinstance(scaler.get('scale'), (int, float))):
+        raise ValueError(f'SAM second_pass_scaler must be a GradScaler state dict (with its "scale"), got '
+                         f'second_pass_scaler={scaler!r}{_WHERE}')
     return merged, new_settings
 
 
@@ -71,21 +76,22 @@ def setting_changes(settings: SAMSettings, groups: List[Dict[str, Any]], loaded_
     return changes
 
 
-def sam_state_dict(base_optimizer: Optimizer, settings: SAMSettings, updates: int) -> Dict[str, Any]:
+def sam_state_dict(base_optimizer: Optimizer, settings: SAMSettings, updates: int,
+                   driver_state: Dict[str, Any]) -> Dict[str, Any]:
     """The base optimizer's state dict plus the ``"sam"`` entry, also copied into each group (for DCP)."""
     state_dict = base_optimizer.state_dict()
-    state_dict['sam'] = sam_entry(settings, updates)
+    state_dict['sam'] = sam_entry(settings, updates, driver_state)
     for group in state_dict['param_groups']:  # where torch.distributed.checkpoint keeps it (it drops 'sam')
         group[GROUP_KEY] = dict(state_dict['sam'])
     return state_dict
 
 
-def load_sam_state(base_optimizer: Optimizer, settings: SAMSettings, updates: int,
-                   state_dict: Dict[str, Any]) -> Tuple[SAMSettings, int]:
-    """Check everything, then load the base optimizer's part; returns the settings and update count to continue
-    with (the checkpoint's), after logging each setting that differs from this run's."""
+def load_sam_state(base_optimizer: Optimizer, settings: SAMSettings, updates: int, driver_state: Dict[str, Any],
+                   state_dict: Dict[str, Any]) -> Tuple[SAMSettings, int, Dict[str, Any]]:
+    """Check everything, then load the base optimizer's part; returns the settings, update count and entry to
+    continue with (the checkpoint's), after logging each setting that differs from this run's."""
     state_dict, loaded = split_entry(state_dict)
-    current = sam_entry(settings, updates)
+    current = sam_entry(settings, updates, driver_state)
     entry, new_settings = checked_entry(loaded, current, settings)
     groups = state_dict.get('param_groups', [])
     for idx, group in enumerate(groups):
@@ -94,4 +100,4 @@ def load_sam_state(base_optimizer: Optimizer, settings: SAMSettings, updates: in
     base_optimizer.load_state_dict(state_dict)
     if changes:
         _logger.warning('SAM settings from the loaded state dict replace this run\'s: %s', '; '.join(changes))
-    return new_settings, entry['step']
+    return new_settings, entry['step'], entry

@@ -22,7 +22,7 @@ only if it has one, eps/betas only if it takes them); ``rho``, ``adaptive``, ``e
 What timm registers is a class, as for its own optimizers: ``FactorySAM``, ``FactoryGSAM`` and ``FactoryLookSAM``
 subclass their family, with the family's signature and ``base`` (a timm name) for ``base_optimizer``; each name's
 base and fixed arguments are its ``OptimInfo.defaults`` (``get_optimizer_class('samadamw')`` binds them, as timm
-does). ``create_sam``/``create_gsam``/``create_looksam`` are the same classes.
+does). Each combined name's class is written out below (``SAMAdamW`` for ``samadamw``, ``GSAMSGD`` for ``gsamsgd``).
 
 The model: timm's factory hands an optimizer class only the parameter groups. SAM also needs the
 module (its buffers keep their first-pass values; AGC leaves its head out), so ``FactorySAM`` takes
@@ -56,8 +56,8 @@ from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.sam import SAM
 from timm_ext.optim.sam_settings import SAM_RHO
 
-__all__ = ['ASAM_RHO', 'DEFAULT_BASE', 'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'SAM_BASES', 'SAM_RHO',
-           'create_gsam', 'create_looksam', 'create_sam', 'list_sam_bases', 'register_sam_optimizers',
+__all__ = ['ASAM_CLASSES', 'ASAM_RHO', 'DEFAULT_BASE', 'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'GSAM_CLASSES',
+           'LOOKSAM_CLASSES', 'SAM_BASES', 'SAM_CLASSES', 'SAM_RHO', 'list_sam_bases', 'register_sam_optimizers',
            'sam_kwargs_problems']
 
 # bases that get a combined name (``sam<base>`` and ``asam<base>``); any other one works via ``base=``
@@ -200,8 +200,6 @@ _DOCS = {
 FactorySAM = _factory_class(SAM, 'FactorySAM', _DOCS[SAM], defaults={'rho': None})
 FactoryGSAM = _factory_class(GSAM, 'FactoryGSAM', _DOCS[GSAM])
 FactoryLookSAM = _factory_class(LookSAM, 'FactoryLookSAM', _DOCS[LookSAM])
-# the same classes under the names of the functions they were (``create_sam(params, base='adamw', rho=0.1)``)
-create_sam, create_gsam, create_looksam = FactorySAM, FactoryGSAM, FactoryLookSAM
 
 DEFAULT_BASE = 'adamw'  # the base of the bare names: what the ViT-SAM paper trained its ViTs and MLP-Mixers with
 # (Chen et al. 2022, Table 8: AdamW, betas (0.9, 0.999)); its ResNets' SGD is `samsgd`
@@ -215,13 +213,36 @@ _FAMILIES = {
 }
 
 
+def _named_class(prefix: str, base: str) -> Type[SAM]:
+    """The class of one combined name, ``prefix + base`` (``SAMAdamW`` for ``samadamw``): the family's signature
+    with ``base`` and the prefix's fixed arguments as defaults, then the base optimizer's own arguments."""
+    _, family, class_prefix, fixed, kind = _FAMILIES[prefix]
+    defaults = {'rho': None, **fixed} if family is SAM else dict(fixed)
+    doc = f'{kind} around timm\'s ``{base}``: what ``create_optimizer_v2(model, \'{prefix}{base}\')`` builds.'
+    return _factory_class(family, class_prefix + _BASE_CLASS_NAMES[base], doc, defaults, base=base)
+
+
+# The class behind each combined name, one per base of SAM_BASES in its order (timm's factory builds these; timm's
+# tests read each one's __init__ signature). Written out so that a search for a name finds where it is made.
+SAM_CLASSES = (SAMSGD, SAMMomentum, SAMNesterov, SAMSGDW, SAMAdam, SAMAdamW, SAMNAdam, SAMNAdamW, SAMRAdam, SAMLamb,
+               SAMLars, SAMLion, SAMAdan, SAMAdopt) = tuple(_named_class('sam', base) for base in SAM_BASES)
+ASAM_CLASSES = (ASAMSGD, ASAMMomentum, ASAMNesterov, ASAMSGDW, ASAMAdam, ASAMAdamW, ASAMNAdam, ASAMNAdamW, ASAMRAdam,
+                ASAMLamb, ASAMLars, ASAMLion, ASAMAdan, ASAMAdopt) = tuple(_named_class('asam', b) for b in SAM_BASES)
+GSAM_CLASSES = (GSAMSGD, GSAMMomentum, GSAMNesterov, GSAMSGDW, GSAMAdam, GSAMAdamW, GSAMNAdam, GSAMNAdamW, GSAMRAdam,
+                GSAMLamb, GSAMLars, GSAMLion, GSAMAdan, GSAMAdopt) = tuple(_named_class('gsam', b) for b in SAM_BASES)
+LOOKSAM_CLASSES = (LookSAMSGD, LookSAMMomentum, LookSAMNesterov, LookSAMSGDW, LookSAMAdam, LookSAMAdamW, LookSAMNAdam,
+                   LookSAMNAdamW, LookSAMRAdam, LookSAMLamb, LookSAMLars, LookSAMLion, LookSAMAdan, LookSAMAdopt) = \
+    tuple(_named_class('looksam', base) for base in SAM_BASES)
+_NAMED = {'sam': SAM_CLASSES, 'asam': ASAM_CLASSES, 'gsam': GSAM_CLASSES, 'looksam': LOOKSAM_CLASSES}
+
+
 def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> None:
     """Register ``sam``, ``asam``, ``gsam``, ``looksam`` and each of them + ``<base>`` with timm's factory
     (``registry``: default, the one behind ``create_optimizer_v2``)."""
     if registry is None:
         registry = default_optimizer_registry()
     known = registry_optimizers(registry)
-    for prefix, (cls, family, class_prefix, fixed, kind) in _FAMILIES.items():
+    for prefix, (cls, _, _, fixed, kind) in _FAMILIES.items():
         if prefix not in known:
             registry.register(OptimInfo(
                 name=prefix,
@@ -232,14 +253,14 @@ def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> Non
                 has_betas=True,
                 defaults={'base': DEFAULT_BASE, **fixed},
             ))
-        for base in SAM_BASES:
+        for base, named in zip(SAM_BASES, _NAMED[prefix]):
             name = prefix + base
             if name in known:
                 continue
             info = registry.get_optimizer_info(base)
             registry.register(OptimInfo(
                 name=name,
-                opt_class=_named_class(family, class_prefix, base, fixed),
+                opt_class=named,
                 description=f'{kind} around {base}: {info.description}',
                 has_eps=info.has_eps,
                 has_momentum=info.has_momentum,
@@ -247,17 +268,6 @@ def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> Non
                 num_betas=info.num_betas,
                 defaults={**(info.defaults or {}), 'base': base, **fixed},
             ))
-
-
-def _named_class(family: Type[SAM], prefix: str, base: str, fixed: Dict[str, Any]) -> Type[SAM]:
-    """The class of one combined name (``SAMAdamW`` for ``samadamw``), made once, kept in this module (so that
-    copies and pickles find it)."""
-    name = prefix + _BASE_CLASS_NAMES.get(base, base.capitalize())
-    cls = globals().get(name)
-    if cls is None:
-        defaults = {'rho': None, **fixed} if family is SAM else dict(fixed)
-        cls = globals()[name] = _factory_class(family, name, _DOCS[family], defaults, base=base)
-    return cls
 
 
 def sam_kwargs_problems(opt: str, opt_kwargs: Mapping[str, Any]) -> List[str]:

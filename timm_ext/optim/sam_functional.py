@@ -3,6 +3,7 @@
     e = rho * g / ||g||                   SAM: one global L2 norm over every parameter
     e = rho * T^2 g / ||T g||             ASAM: T = |w| + eta, per parameter group
     w <- w + e, and back to w bit-exactly
+    the model's buffers (BatchNorm statistics) copied after the first pass, and put back after the second
 
 Each works on a rank's local shards under FSDP2 (``sharded.local``); the norm is the global one (one all-reduce),
 so the same call serves one process, DDP and sharded training. The SAM class (``sam.py``) keeps the buffers
@@ -17,9 +18,8 @@ from timm.models import model_parameters
 from timm.utils import dispatch_clip_grad
 
 from timm_ext.optim.sharded import global_norm, local
-from timm_ext.optim.torch_compat import foreach_copy_
 
-__all__ = ['Groups', 'clip_gradient_', 'keep_', 'sam_perturb_', 'sam_restore_']
+__all__ = ['Groups', 'clip_gradient_', 'hold_buffers_', 'keep_', 'restore_buffers_', 'sam_perturb_', 'sam_restore_']
 
 Store = Dict[torch.Tensor, torch.Tensor]
 Groups = List[Tuple[Dict[str, Any], List[torch.Tensor]]]  # (param group, its parameters that have a gradient)
@@ -36,8 +36,8 @@ def keep_(store: Store, params: Sequence[torch.Tensor], values: Optional[Sequenc
         if buf is None or buf.shape != like.shape or buf.dtype != like.dtype or buf.device != like.device:
             store[p] = buf = torch.empty_like(like, memory_format=torch.preserve_format)
         out.append(buf)
-    if values is not None:
-        foreach_copy_(out, values)
+    if values is not None and out:
+        torch._foreach_copy_(out, list(values))
     return out
 
 
@@ -69,7 +69,25 @@ def sam_perturb_(groups: Groups, backups: Store, clean: Optional[Store] = None) 
 @torch.no_grad()
 def sam_restore_(params: Sequence[torch.Tensor], backups: Store) -> None:
     """Every parameter back to the value ``sam_perturb_`` backed up, bit-exactly."""
-    foreach_copy_([local(p) for p in params], [backups[p] for p in params])
+    if params:
+        torch._foreach_copy_([local(p) for p in params], [backups[p] for p in params])
+
+
+def hold_buffers_(module: Optional[nn.Module], copies: Store) -> List[torch.Tensor]:
+    """Copy every buffer of ``module`` (BatchNorm's running statistics and ``num_batches_tracked``, any other) into
+    ``copies``, so the second pass cannot move them; returns the buffers, for ``restore_buffers_``. Copies of buffers
+    the module no longer has are dropped."""
+    buffers = [] if module is None else list(module.buffers())
+    if len(copies) != len(buffers) or any(b not in copies for b in buffers):
+        copies.clear()
+    keep_(copies, buffers, buffers)
+    return buffers
+
+
+def restore_buffers_(buffers: Sequence[torch.Tensor], copies: Store) -> None:
+    """The buffers ``hold_buffers_`` copied back to those values, bit-exactly (into the same tensors)."""
+    if buffers:
+        torch._foreach_copy_(list(buffers), [copies[b] for b in buffers])
 
 
 @torch.no_grad()

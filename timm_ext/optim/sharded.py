@@ -12,27 +12,36 @@ from typing import List, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from timm_ext.optim.torch_compat import total_norm
-
 try:  # torch >= 2.5
     from torch.distributed.tensor import DTensor, Shard
-except ImportError:  # pragma: no cover - torch 2.4
-    try:
-        from torch.distributed._tensor import DTensor, Shard
-    except ImportError:
-        DTensor = Shard = None
+except ImportError:  # pragma: no cover - torch 2.4 (the floor) keeps them private
+    from torch.distributed._tensor import DTensor, Shard
 
 __all__ = ['global_dot', 'global_norm', 'is_sharded', 'like_param', 'local', 'refuse_flat_parameters',
-           'refuse_sharded_chunks']
+           'refuse_sharded_chunks', 'total_norm']
+
+
+HAS_GET_TOTAL_NORM = hasattr(torch.nn.utils, 'get_total_norm')  # torch >= 2.6 (a test takes the older route)
+
+
+def total_norm(tensors: List[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of ``tensors`` as one vector: ``torch.nn.utils.get_total_norm`` (torch >= 2.6), or on torch 2.4
+    and 2.5 the same sum, one ``_foreach_norm`` and the norm of the per-tensor norms on the first one's device."""
+    if HAS_GET_TOTAL_NORM:
+        return torch.nn.utils.get_total_norm(tensors, foreach=True)
+    if not tensors:
+        return torch.tensor(0.)
+    norms = torch._foreach_norm(tensors)
+    return torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms]))
 
 
 def is_sharded(t: torch.Tensor) -> bool:
-    return DTensor is not None and isinstance(t, DTensor)
+    return isinstance(t, DTensor)
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
     """This rank's shard of ``t`` (a view: writing to it writes the parameter), or ``t`` itself."""
-    return t.to_local() if is_sharded(t) else t
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def like_param(shard: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
@@ -67,7 +76,7 @@ def _all_ranks(local_sum: torch.Tensor, params: Sequence[torch.Tensor]) -> torch
 def global_norm(tensors: List[torch.Tensor], params: Sequence[torch.Tensor]) -> float:
     """The L2 norm of ``tensors`` (one per parameter of ``params``: the parameter's gradient, or a tensor shaped
     like its local shard) as one vector over every rank's shards: one all-reduce when ``params`` are sharded."""
-    if not any(is_sharded(p) for p in params):
+    if not any(isinstance(p, DTensor) for p in params):
         return float(total_norm(tensors))
     sharded = [local(t) for t, p in zip(tensors, params) if is_sharded(p)]
     plain = [local(t) for t, p in zip(tensors, params) if not is_sharded(p)]

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional
 
 import torch.nn as nn
 
-__all__ = ['TaskFinder', 'finder', 'is_watching']
+__all__ = ['TaskFinder', 'finder']
 
 
 class TaskFinder:
@@ -27,9 +27,6 @@ class TaskFinder:
         self._task_class: Optional[type] = None
         self._call: Optional[Callable] = None  # what TrainingTask.__call__ was before the wrapper
         self._own_call: Any = None  # TrainingTask.__dict__['__call__'] before the wrapper (usually absent)
-
-    def installed(self) -> bool:
-        return self._call is not None
 
     def wait(self, recorder: Any) -> None:
         serial = recorder.serial
@@ -89,8 +86,3 @@ def _offer_then_call(task: nn.Module, *args: Any, **kwargs: Any) -> Any:
 
 
 finder = TaskFinder()
-
-
-def is_watching() -> bool:
-    """Whether ``TrainingTask.__call__`` is currently wrapped to find a task (for tests and debugging)."""
-    return finder.installed()

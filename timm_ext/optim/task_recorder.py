@@ -40,7 +40,6 @@ from timm_ext.optim.ddp import sync_context
 from timm_ext.optim.m_sharpness import slice_batch
 from timm_ext.optim.rng import RngState, cuda_devices_of
 from timm_ext.optim.task_finder import finder
-from timm_ext.optim.torch_compat import autocast_state
 
 __all__ = ['RecorderState', 'TaskCall', 'TaskRecorder']
 
@@ -64,14 +63,13 @@ class TaskCall:
             device_type: str,
             cuda_devices: Tuple[int, ...] = (),
     ) -> 'TaskCall':
-        enabled, dtype = autocast_state(device_type)
         return cls(
             args=tuple(args),
             kwargs=dict(kwargs),
             rng=RngState.capture(cuda_devices),
             device_type=device_type,
-            autocast_enabled=enabled,
-            autocast_dtype=dtype,
+            autocast_enabled=torch.is_autocast_enabled(device_type),
+            autocast_dtype=torch.get_autocast_dtype(device_type),
             autocast_cache=torch.is_autocast_cache_enabled(),
         )
 
@@ -167,7 +165,7 @@ class TaskRecorder:
         optimizer = self._optimizer_ref()
         if optimizer is not None and (optimizer.model is None or optimizer.model is self._given_model):
             self._given_model = _trainable_module(task)  # BatchNorm buffers held, AGC's head left out
-            optimizer.model = self._given_model
+            optimizer.set_model(self._given_model)
 
     def close(self) -> None:
         """Any state -> CLOSED: remove the hook, drop the record and the task; never records again."""
@@ -215,10 +213,6 @@ class TaskRecorder:
     @staticmethod
     def trainable_module_of(task: nn.Module) -> nn.Module:
         return _trainable_module(task)
-
-    def trainable_module(self) -> Optional[nn.Module]:
-        task = self.task
-        return None if task is None else _trainable_module(task)
 
     # ---- recording and replay ----------------------------------------------------------------------
 

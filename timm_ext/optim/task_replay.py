@@ -23,8 +23,8 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
+from timm_ext.optim.replay_passes import TaskReplay
 from timm_ext.optim.sam import SAM
-from timm_ext.optim.task_recorder import TaskRecorder
 
 __all__ = ['replay_timm_task', 'sams_in']
 
@@ -61,16 +61,14 @@ def replay_timm_task(optimizer: Any, task: Optional[nn.Module] = None) -> None:
         raise ValueError(f'replay_timm_task: task must be a timm.task.TrainingTask (an nn.Module), '
                          f'got {type(task).__name__}')
     for sam in sams:
-        if sam.replay is not None:
-            sam.replay.close()
-        recorder = sam.replay = TaskRecorder(sam)
-        if task is None:
-            recorder.start()
-        elif recorder.owns(task):
-            recorder.bind(task)
-        else:
-            recorder.close()
-            sam.replay = None
-            module = type(recorder.trainable_module_of(task)).__name__
+        replay = TaskReplay(sam)
+        if task is not None and not replay.owns(task):
+            sam.driver.attach_replay(None)
+            module = type(replay.trainable_module_of(task)).__name__
             raise ValueError(f'replay_timm_task: the {type(task).__name__}\'s trainable module ({module}) holds none '
                              f'of the optimizer\'s parameters: give the task built over the model the optimizer trains')
+        sam.driver.attach_replay(replay)  # the one attached before closes
+        if task is None:
+            replay.start()
+        else:
+            replay.bind(task)
