@@ -9,8 +9,13 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'reproduction'))
+# the study's power analysis (power.py) needs scipy, which scikit-learn brings (the demo extra): without it, as in
+# the floor's virtualenv, the study's tests skip like the demo's
+pytest.importorskip('scipy', reason='the reproduction study needs scipy (pip install "timm-ext[demo]")')
 
 import claims  # noqa: E402
 import extended_report  # noqa: E402

@@ -1,5 +1,6 @@
 """Throwaway virtualenvs with another timm release over this interpreter's packages, for the tests that
 check timm-ext (or timm's scripts) under a timm version other than the installed one."""
+import fcntl
 import hashlib
 import shutil
 import site
@@ -22,6 +23,15 @@ def venv_python(version: str) -> Path:
     ready = root / '.timm-ext-ready'
     if ready.is_file():
         return python
+    # one maker at a time: pytest-xdist's workers (-n) may ask for the same release at once
+    with open(root.with_name(root.name + '.lock'), 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if ready.is_file():
+            return python
+        return _make(root, python, ready, version)
+
+
+def _make(root: Path, python: Path, ready: Path, version: str) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(root)], check=True, capture_output=True)
     site_dir = subprocess.run([str(python), '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))'],

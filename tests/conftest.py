@@ -53,3 +53,12 @@ def require_timm_script(path):
         return load_script_parser(path)
     except ScriptError as e:
         pytest.skip(f'{e} (set TIMM_EXT_TIMM_TRAIN to the scripts of the installed timm)')
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (``-n N``, as .ci/run and README's test command run the suite) each worker gets its share
+    of the cores as torch threads: N workers with torch's default of one thread per core would wait on each other
+    at every operator, several times slower (docs/cli.md#cpu-threads)."""
+    workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '0'))
+    if workers > 1:
+        torch.set_num_threads(max(1, torch.get_num_threads() // workers))

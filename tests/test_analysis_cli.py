@@ -1,4 +1,5 @@
 """``timm-ext analyze``: wiring and one-line error messages (the numbers are tested per module)."""
+import importlib.util
 import json
 
 import pytest
@@ -22,12 +23,18 @@ def image_folder(tmp_path):
     return root
 
 
+# a run writes its plot: without the analysis extra (e.g. the floor's virtualenv) those tests skip, as the demo's do
+needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None,
+                                      reason='analyze writes a plot: needs matplotlib (timm-ext[analysis])')
+
+
 def run(capsys, *argv):
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
 
+@needs_matplotlib
 def test_writes_json_csv_and_plot(capsys, tmp_path, image_folder):
     out_dir = tmp_path / 'out'
     code, out, err = run(capsys, 'analyze', 'attention', *TINY, '--data', str(image_folder), '--out', str(out_dir),
@@ -40,6 +47,7 @@ def test_writes_json_csv_and_plot(capsys, tmp_path, image_folder):
     assert f'json: {out_dir / "attention.json"}' in out
 
 
+@needs_matplotlib
 def test_loss_metrics_use_the_training_split(capsys, tmp_path, image_folder):
     (image_folder / 'train' / '0' / '0.png').unlink()  # 8 training images vs 9 validation images
     out_dir = tmp_path / 'out'
@@ -90,6 +98,7 @@ def test_density_takes_runs_not_samples(capsys):
     assert err.strip() == 'timm-ext analyze: error: density counts Lanczos runs with --runs N, not --samples'
 
 
+@needs_matplotlib
 def test_a_run_folder_gives_the_model_and_its_preprocessing(capsys, tmp_path, image_folder):
     import argparse
 

@@ -1,5 +1,5 @@
-"""docs/integrations.md: every runnable snippet (a ```python block; fragments are ```py) runs as written, with
-the real framework, and every framework's section has one."""
+"""docs/integrations.md: every runnable snippet (a ```python block not marked ``# fragment:``, as tests/test_docs.py
+defines it) runs as written, with the real framework, and every framework's section has one."""
 import importlib.util
 import os
 import re
@@ -21,13 +21,13 @@ SECTIONS = {
 }
 
 
-def _snippets():
-    """(section, code) for every ```python block, the section being the ## heading above it."""
+def runnable_snippets():
+    """(section, code) for every ```python block but the fragments, the section being the ## heading above it."""
     out, section = [], None
     for part in re.split(r'(^## [^\n]*$|^```python\n.*?^```$)', DOC.read_text(), flags=re.M | re.S):
         if part.startswith('## '):
             section = part[3:].strip()
-        elif part.startswith('```python'):
+        elif part.startswith('```python') and not part[len('```python\n'):].startswith('# fragment:'):
             out.append((section, part[len('```python\n'):-3]))
     return out
 
@@ -37,14 +37,14 @@ def _needs(section):
 
 
 def test_every_framework_has_a_runnable_snippet():
-    sections = [section for section, _ in _snippets()]
+    sections = [section for section, _ in runnable_snippets()]
     assert all(any(s.startswith(key) for s in sections) for key in SECTIONS), sections
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('index', range(len(_snippets())))
+@pytest.mark.parametrize('index', range(len(runnable_snippets())))
 def test_snippet_runs_as_written(index, tmp_path):
-    section, code = _snippets()[index]
+    section, code = runnable_snippets()[index]
     module = _needs(section)
     if importlib.util.find_spec(module.split('.')[0]) is None:
         pytest.skip(f'{module} is not installed (pip install -e ".[test]" installs the frameworks)')

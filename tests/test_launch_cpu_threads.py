@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import require_timm_script
 
-from timm_ext.launch.cpu_threads import THREAD_VARIABLES, cpu_thread_env
+from timm_ext.launch.cpu_threads import THREAD_VARIABLES, cpu_thread_env, free_cores, free_cpu_threads
 
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
 _SCRIPTS = Path(_ENV) if _ENV else Path(__file__).resolve().parents[2] / 'shared' / 'timm-train' / 'v1.0.28'
@@ -35,6 +35,18 @@ def test_free_cores_per_process(cores, load, processes, torch_default, expected)
     per = f', {processes} processes' if processes > 1 else ''
     assert note == (f'{expected} CPU thread{"s" if expected > 1 else ""} per train.py process ({cores} cores, load '
                     f'average {load:.1f}{per}; docs/cli.md#cpu-threads): --threads N or OMP_NUM_THREADS=N to choose')
+
+
+def test_your_own_loop_gets_the_same_count():
+    """free_cpu_threads is the count ``timm-ext train`` gives, for a loop of your own (README's threads note)."""
+    assert free_cpu_threads(1, cores=2, load=1.2, torch_default=2) == 1
+    assert free_cpu_threads(4, cores=16, load=0.0, torch_default=16) == 4
+    cores, load = free_cores()
+    import torch
+
+    assert 1 <= free_cpu_threads() <= torch.get_num_threads()  # this machine, now
+    assert free_cpu_threads(1, cores, load) == threads_of(cpu_thread_env(None, {}, on_cpu=True, cores=cores,
+                                                                         load=load)[0])
 
 
 def test_the_user_chooses():

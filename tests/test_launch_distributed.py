@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _cli import run_cli
+from _cli import run_cli, train_py_argv
 from conftest import require_timm_script
 
 from timm_ext.launch.distributed import Launch, LaunchError, expand_nodelist, resolve_launch
@@ -276,7 +276,7 @@ def test_print_command_is_dry_run(capsys, timm_scripts):
     assert code == 0 and _errors(err) == [] and out.count('\n') == 1
     assert shlex.split(out) == [*TORCHRUN, '--nnodes=2:4', '--nproc-per-node=8', '--rdzv-backend=c10d',
                                 '--rdzv-endpoint=node01:29400', '--rdzv-id=run 1', '--node-rank=1', '--max-restarts=3',
-                                str(TRAIN_PY), '--device', 'cuda', '--device-modules', 'timm_ext']
+                                *train_py_argv(TRAIN_PY), '--device', 'cuda', '--device-modules', 'timm_ext']
     assert run_cli(capsys, *args, '--dry-run')[1] == out
 
 
@@ -323,14 +323,21 @@ def test_slurm_job_of_four_nodes_with_the_checks(capsys, timm_scripts, cuda, tmp
                              '--grad-accum-steps', 'auto', '--data-dir', tmp_path / 'imagenet', '--print-command')
     assert code == 0, err
     assert shlex.split(out) == [*TORCHRUN, '--nnodes=4', '--nproc-per-node=8', '--rdzv-backend=c10d',
-                                '--rdzv-endpoint=gpu01:29500', '--rdzv-id=4242', str(TRAIN_PY), '-c', str(RECIPE),
-                                '--grad-accum-steps', '1', '--data-dir', str(tmp_path / 'imagenet')]
+                                '--rdzv-endpoint=gpu01:29500', '--rdzv-id=4242', *train_py_argv(TRAIN_PY), '-c',
+                                str(RECIPE), '--grad-accum-steps', '1', '--data-dir', str(tmp_path / 'imagenet')]
     assert [line for line in err.splitlines() if not line.startswith('timm-ext: note:')] == [
         'timm-ext train: SLURM job 4242: rendezvous at gpu01:29500, the first host of SLURM_JOB_NODELIST (port 29500 '
         'by default; --rdzv-endpoint HOST:PORT sets another)',
         'timm-ext train: global batch 4096 = 128 per process x 32 processes x 1 accumulation step (--grad-accum-steps '
         'auto: recipe vit-sam/imagenet/vit_s16_sam, vit-sam Table 2); lr 0.003 unchanged: train.py does not rescale '
         'an explicit lr']
+
+
+def _docs_places():
+    """This machine's paths and the docs' placeholders for them. The docs show the newest timm's line; on timm < 1.0.29
+    the printed line starts train.py through a runner (release-aware: tests/_cli.py), shown as train.py itself."""
+    return {' '.join(train_py_argv(TRAIN_PY)): '/path/to/train.py', sys.executable: '/path/to/venv/bin/python',
+            str(TRAIN_PY): '/path/to/train.py', str(recipes_dir()): '/path/to/timm_ext/_recipes'}
 
 
 def test_docs_sbatch_script_prints_the_documented_line(capsys, timm_scripts, monkeypatch):
@@ -351,8 +358,7 @@ def test_docs_sbatch_script_prints_the_documented_line(capsys, timm_scripts, mon
         monkeypatch.setenv(name, value)
     code, out, err = run_cli(capsys, *train, '--print-command', '--no-check')
     assert code == 0, err
-    places = {sys.executable: '/path/to/venv/bin/python', str(TRAIN_PY): '/path/to/train.py',
-              str(recipes_dir()): '/path/to/timm_ext/_recipes'}
+    places = _docs_places()
     for here, placeholder in places.items():
         out = out.replace(here, placeholder)
     assert out == shown + '\n'
@@ -379,8 +385,7 @@ def test_docs_per_node_and_login_node_examples(capsys, timm_scripts, monkeypatch
     code, out, err = run_cli(capsys, *login[login.index('timm-ext') + 1:])
     assert code == 0, err
     shown = re.search(r'prints, on node 0:\n\n```text\n(.*?)\n```', section, flags=re.S).group(1)
-    places = {sys.executable: '/path/to/venv/bin/python', str(TRAIN_PY): '/path/to/train.py',
-              str(recipes_dir()): '/path/to/timm_ext/_recipes'}
+    places = _docs_places()
     for here, placeholder in places.items():
         out = out.replace(here, placeholder)
     assert out == shown + '\n'

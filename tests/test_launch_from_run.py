@@ -87,10 +87,11 @@ def test_run_folder_picks_last_or_best(tmp_path):
 
 
 def _folder(tmp_path: Path) -> Path:
-    """An ImageFolder with the validation split validate.py reads: one class, one image."""
+    """An ImageFolder with the validation split validate.py reads: the run's 10 classes, one image each."""
     from PIL import Image
-    (tmp_path / 'data' / 'validation' / 'c0').mkdir(parents=True)
-    Image.new('RGB', (16, 16)).save(tmp_path / 'data' / 'validation' / 'c0' / '0.png')
+    for k in range(10):
+        (tmp_path / 'data' / 'validation' / f'c{k}').mkdir(parents=True)
+        Image.new('RGB', (16, 16)).save(tmp_path / 'data' / 'validation' / f'c{k}' / '0.png')
     return tmp_path / 'data'
 
 
@@ -165,6 +166,7 @@ def test_a_folder_validate_py_would_read_with_its_default_model_is_one_line(tmp_
 
 
 def _digits(tmp_path: Path) -> Path:
+    pytest.importorskip('sklearn', reason='the digits data needs scikit-learn (pip install "timm-ext[demo]")')
     from timm_ext.data import digits_image_folder
     return digits_image_folder(tmp_path / 'digits', size=16)
 

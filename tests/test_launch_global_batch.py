@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _cli import run_cli
+from _cli import run_cli, train_py_argv
 from conftest import require_timm_script
 
 from timm_ext.launch.global_batch import (
@@ -156,7 +156,7 @@ def test_train_prints_the_global_batch_at_start(capsys, timm_scripts):
                              '--no-check', '--print-command')
     assert code == 0
     assert shlex.split(out) == [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc-per-node=8',
-                                str(TRAIN_PY), '-c', str(find_recipe(VIT_SAM)), '--grad-accum-steps', '4']
+                                *train_py_argv(TRAIN_PY), '-c', str(find_recipe(VIT_SAM)), '--grad-accum-steps', '4']
     assert [line for line in err.splitlines() if not line.startswith('timm-ext: note:')] == [
         'timm-ext train: global batch 4096 = 128 per process x 8 processes x 4 accumulation steps (--grad-accum-steps '
         'auto: recipe vit-sam/imagenet/vit_s16_sam, vit-sam Table 2); lr 0.003 unchanged: train.py does not rescale '

@@ -111,7 +111,9 @@ def test_summary_is_continued_not_given_a_second_header(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not TRAIN_PY.is_file(), reason=f'timm\'s train.py not found at {TRAIN_PY} (set '
                                                    f'TIMM_EXT_TIMM_TRAIN)')
-@pytest.mark.parametrize('opt', ['adamw', 'samadamw'])
+# SAM only: the resume command timm-ext prints does not depend on the optimizer, and SAM's run also carries the
+# state that only SAM adds (a plain AdamW run was the second case here, 50 s of CI that proved nothing more)
+@pytest.mark.parametrize('opt', ['samadamw'])
 def test_ctrl_c_then_the_printed_command_is_the_uninterrupted_run(tmp_path, opt):
     if tuple(int(v) for v in torch.__version__.split('+')[0].split('.')[:2]) < (2, 5):
         pytest.skip(f'train.py\'s --resume cannot load its own checkpoint with torch {torch.__version__}')

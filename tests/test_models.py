@@ -17,6 +17,7 @@ from typing import Dict, Tuple
 import pytest
 import timm
 import torch
+from packaging.version import Version
 from timm.layers import get_channel_dim, get_spatial_dim
 from timm.models import model_entrypoint
 from timm.models._features_fx import get_notrace_functions, get_notrace_modules
@@ -24,6 +25,7 @@ from timm.utils import AttentionExtract
 from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
 import timm_ext  # noqa: F401
+from timm_ext.models import AlterNet
 
 TIMM_EXT_MODELS = sorted(n for n in timm.list_models() if model_entrypoint(n).__module__.startswith('timm_ext.'))
 # image side per family: the smallest input each family's real config accepts, as timm's tests shrink inputs
@@ -221,6 +223,61 @@ def test_model_default_cfgs_non_std(name):
     assert model.num_classes == 0 and model(x).shape == pre_logits.shape
     assert _meta_model(name, num_classes=0)(x).shape[1] == model.num_features
     _check_cfg_layer_names(name, _meta_model(name))
+
+
+# the registered names whose model is one of timm's own classes (with our arguments or stem)
+_TIMM_CLASS_MODELS = {'vit_tiny_patch2_32', 'pit_ti_patch2_32', 'swin_tiny_patch1_window4_32', 'vit_tiny_convstem',
+                      'vit_small_convstem', 'vit_base_convstem'}
+# timm >= 1.0.29 builds the new classifier of its own models on the model's device and dtype; 1.0.23 ... 1.0.28 build
+# it on torch's defaults (ResNet, ViT, Swin) or read them from the old head (PiT, VOLO, Mixer), gone after reset(0)
+_TIMM_RESETS_LIKE_MODEL = Version(timm.__version__).release >= (1, 0, 29)
+
+
+def _one_per_family(names):
+    """The names as params, all but the first quick one of each family (entrypoint module; each of hdvw_baselines'
+    names is a class of its own) marked slow."""
+    seen, params = set(), []
+    for name in names:
+        module = model_entrypoint(name).__module__
+        family = name if module.endswith('hdvw_baselines') else module
+        slow = any(fnmatch.fnmatch(name, p) for p in _SLOW) or family in seen
+        seen |= set() if slow else {family}
+        params.append(pytest.param(name, marks=pytest.mark.slow) if slow else name)
+    return params
+
+
+@pytest.mark.parametrize('name', _one_per_family(TIMM_EXT_MODELS))
+def test_reset_classifier_builds_on_the_models_dtype_and_mode(name):
+    """timm 1.0.31's contract (its test_model_default_cfgs): after ``reset_classifier(0)`` then ``(5)`` the new
+    classifier has the model's dtype and training mode, so a float64 model still runs. Every timm-ext class keeps it
+    on every timm release. Release-aware only for the models of timm's own classes, because timm differs: there timm
+    1.0.23 ... 1.0.28 build the head in float32 and the forward fails, as for timm's own models."""
+    torch.manual_seed(0)
+    model, size = create_small(name)
+    ours = type(model).__module__.startswith('timm_ext.')
+    assert ours is (name not in _TIMM_CLASS_MODELS)
+    model = model.to(torch.float64).eval()
+    model.reset_classifier(0)
+    model.reset_classifier(5)
+    heads = model.get_classifier()
+    dtypes = {p.dtype for head in (heads if isinstance(heads, (tuple, list)) else (heads,)) for p in head.parameters()}
+    x = torch.randn(2, *size, dtype=torch.float64)
+    with torch.no_grad():
+        if ours or _TIMM_RESETS_LIKE_MODEL:
+            assert dtypes == {torch.float64}
+            out = model(x)
+            assert out.shape == (2, 5) and out.dtype == torch.float64
+        else:
+            assert dtypes == {torch.float32}
+            with pytest.raises(RuntimeError, match='dtype'):
+                model(x)
+    if ours:
+        assert not any(m.training for m in model.modules())
+        model.train().reset_classifier(3, '' if isinstance(model, AlterNet) else None)
+        assert all(m.training for m in model.modules())
+        model.to('meta').reset_classifier(0)  # and the device: timm's test builds on the meta device
+        model.reset_classifier(2)
+        assert all(p.device.type == 'meta' for p in model.parameters())
 
 
 @pytest.mark.parametrize('name', TIMM_EXT_MODELS)

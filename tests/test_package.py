@@ -75,3 +75,20 @@ def test_a_framework_imported_after_timm_ext_is_loaded_by_its_own_loader():
         print([type(m.__spec__.loader).__name__ for m in (accelerate, lightning)], len(checks._closure_checks))
     """)
     assert out == "['SourceFileLoader', 'SourceFileLoader'] 2"
+
+
+def test_subpackages_are_reachable_after_a_plain_import_and_imported_only_when_used():
+    """docs/hub.md's ``timm_ext.hub.load_model`` after ``import timm_ext`` (no AttributeError), without making
+    ``import timm_ext`` import the hub, analysis or recipes code."""
+    out = _fresh("""
+        import sys
+        import timm_ext
+        lazy = ('analysis', 'catalog', 'data', 'demo', 'hub', 'recipes')
+        print([name for name in lazy if f'timm_ext.{name}' in sys.modules])
+        print(timm_ext.hub.load_model.__module__, timm_ext.recipes.list_recipes.__name__)
+        try:
+            timm_ext.hubb
+        except AttributeError as error:
+            print(error)
+    """)
+    assert out.splitlines() == ['[]', 'timm_ext.hub._load list_recipes', "module 'timm_ext' has no attribute 'hubb'"]

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 import timm
@@ -122,11 +123,12 @@ SAM.step = step
 '''
 
 
-def make_image_folder(root: Path) -> None:
+def make_image_folder(root: Path, splits: Tuple[Tuple[str, int], ...] = (('train', 4), ('val', 1))) -> None:
+    """``root/<split>/class<k>/<i>.png`` for two classes, ``count`` 32 px images each, per ``(split, count)``."""
     import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
-    for split, count in (('train', 4), ('val', 1)):
+    for split, count in splits:
         for cls in range(2):
             folder = root / split / f'class{cls}'
             folder.mkdir(parents=True)
@@ -149,6 +151,36 @@ def _run_train(tmp_path: Path, recipe: dict, *args: str) -> subprocess.Completed
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc
+
+
+SMALL_DATA_CPU = REPO / 'recipes' / 'examples' / 'small_data_cpu.yaml'
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TRAIN_PY.is_file(), reason=f'timm train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')
+@pytest.mark.skipif(TRAIN_PY_TOO_NEW, reason=f'the default train.py is timm v1.0.28\'s and needs timm >= 1.0.28 '
+                    f'(installed {timm.__version__}); set TIMM_EXT_TIMM_TRAIN to the train.py of your timm version')
+def test_small_data_cpu_recipe_trains_an_epoch_with_its_lr_ramping_in_the_first_epoch(tmp_path):
+    """examples/small_data_cpu as written, through timm-ext's pre-flight checks and the real train.py, on a tiny
+    folder in the layout its header gives: the warmup ramps the lr over the first epoch's updates (train.py's
+    per-epoch default would train that whole epoch at warmup_lr), and the run validates and writes its summary."""
+    from timm_ext.launch.build_command import build_train_command, child_env
+
+    make_image_folder(tmp_path / 'data', (('train', 24), ('validation', 4)))  # 48 images: 3 updates at batch 16
+    command = build_train_command(['--data-dir', str(tmp_path / 'data'), '--num-classes', '2', '--epochs', '1',
+                                   '--log-interval', '1', '--output', str(tmp_path / 'out'), '--experiment', 'run'],
+                                  recipe='examples/small_data_cpu', timm_train=TRAIN_PY)
+    env = dict(child_env(), HF_HUB_OFFLINE='1', OMP_NUM_THREADS='1')
+    proc = subprocess.run(command.argv, env=env, capture_output=True, text=True, timeout=300)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    recipe = yaml.safe_load(SMALL_DATA_CPU.read_text())
+    lrs = [float(line.split('LR: ')[1].split()[0]) for line in log.splitlines() if line.startswith('Train: 0 [')]
+    ramp = [recipe['warmup_lr'] + k * (recipe['lr'] - recipe['warmup_lr']) / 3 for k in range(3)]
+    assert lrs == pytest.approx(ramp, rel=1e-3), lrs  # 1e-5, 3.4e-4, 6.7e-4: not 1e-5 for the whole epoch
+    with open(tmp_path / 'out' / 'run' / 'summary.csv') as f:
+        (row,) = list(csv.DictReader(f))
+    assert 0 <= float(row['eval_top1']) <= 100 and float(row['train_loss']) > 0, row
 
 
 def test_example_recipe_names_a_registered_sam():

@@ -4,6 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -61,6 +63,7 @@ def test_table_without_adamw_has_no_differences():
 
 def test_main_trains_seed_by_seed_with_the_shared_runner_and_writes_the_table(tmp_path, monkeypatch, capsys):
     """train.py replaced by a process that writes one epoch's summary.csv: the rest is the real runner."""
+    pytest.importorskip('sklearn', reason='the digits data needs scikit-learn (pip install "timm-ext[demo]")')
     monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
     made = []
 

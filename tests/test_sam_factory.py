@@ -157,6 +157,49 @@ def test_unknown_or_missing_base_lists_valid_names():
         create_optimizer_v2(model, 'samadamw', lr=0.1, rho=-0.05)
 
 
+_DID_YOU_MEAN = "{family} got an unexpected keyword argument '{bad}': did you mean '{good}' ({whose})?"
+_TYPOS = {  # (build it, with params and the typo) -> (family, bad, good, whose)
+    'davda54 constructor, SAM setting': (lambda p: SAM(p, torch.optim.SGD, lr=0.1, rhoo=0.1),
+                                         ('SAM', 'rhoo', 'rho', 'a SAM setting')),
+    'davda54 constructor, base argument': (lambda p: SAM(p, torch.optim.SGD, lr=0.1, momentun=0.9),
+                                           ('SAM', 'momentun', 'momentum', 'an argument of SGD')),
+    'an instance wrapped': (lambda p: SAM(torch.optim.SGD(p, lr=0.1), adaptiv=True),
+                            ('SAM', 'adaptiv', 'adaptive', 'a SAM setting')),
+    'GSAM by hand': (lambda p: GSAM(p, torch.optim.SGD, lr=0.1, rho_mx=0.1),
+                     ('GSAM', 'rho_mx', 'rho_max', 'a GSAM setting')),
+    'combined name': (lambda p: create_optimizer_v2(p, 'samsgd', lr=0.1, rhoo=0.1),
+                      ('SAM', 'rhoo', 'rho', 'a SAM setting')),
+    'combined name, base argument': (lambda p: create_optimizer_v2(p, 'samadamw', lr=0.1, bettas=(0.9, 0.99)),
+                                     ('SAM', 'bettas', 'betas', 'an argument of AdamW')),
+    'lookahead_ prefix': (lambda p: create_optimizer_v2(p, 'lookahead_samsgd', lr=0.1, rhoo=0.1),
+                          ('SAM', 'rhoo', 'rho', 'a SAM setting')),
+    'bare name, base by name': (lambda p: create_optimizer_v2(p, 'sam', lr=0.1, base='sgd', rhoo=0.1),
+                                ('SAM', 'rhoo', 'rho', 'a SAM setting')),
+    'LookSAM name': (lambda p: create_optimizer_v2(p, 'looksamadamw', lr=0.1, intervl=3),
+                     ('LookSAM', 'intervl', 'interval', 'a LookSAM setting')),
+    'GSAM name given SAM\'s rho': (lambda p: create_optimizer_v2(p, 'gsamadamw', lr=0.1, rho=0.1),
+                                   ('GSAM', 'rho', 'rho_max', 'a GSAM setting')),
+}
+
+
+@pytest.mark.parametrize('case', _TYPOS)
+def test_a_mistyped_keyword_is_a_type_error_naming_the_closest_keyword(case):
+    """``rhoo=0.1``: the TypeError it always was, in one line that names the keyword meant (a SAM setting or the
+    base optimizer's argument), for SAM built by hand and by timm's factory alike."""
+    build, (family, bad, good, whose) = _TYPOS[case]
+    with pytest.raises(TypeError) as error:
+        build(_model().parameters())
+    assert str(error.value) == _DID_YOU_MEAN.format(family=family, bad=bad, good=good, whose=whose)
+
+
+def test_a_keyword_like_none_it_takes_lists_what_it_takes():
+    with pytest.raises(TypeError, match=r"^SAM got an unexpected keyword argument 'zzz': it is neither a SAM setting "
+                                        r"\(rho, adaptive, .*, model\) nor an argument of SGD \(lr, momentum, .*\)$"):
+        SAM(_model().parameters(), torch.optim.SGD, lr=0.1, zzz=1)
+    with pytest.raises(ValueError, match=r'also base-optimizer arguments \(lr\)'):  # an instance takes none of them
+        SAM(torch.optim.SGD(_model().parameters(), lr=0.1), lr=0.1)
+
+
 @pytest.mark.parametrize('name', EXT_NAMES)
 def test_registry_holds_optimizer_classes_and_binds_each_names_defaults(name):
     """As for timm's own optimizers: the class, or with bind_defaults a functools.partial of it with the name's
@@ -218,6 +261,26 @@ def test_each_class_declares_what_timms_factory_hands_it(name):
     info = get_optimizer_info(name)
     takes = inspect.signature(get_optimizer_class(name, bind_defaults=False).__init__).parameters
     assert (info.has_eps, info.has_betas, info.has_momentum) == ('eps' in takes, 'betas' in takes, 'momentum' in takes)
+
+
+@pytest.mark.parametrize('prefix', ['sam', 'asam', 'gsam', 'looksam'])
+def test_adopt_names_take_betas_where_timms_adopt_gets_them(prefix):
+    """Release-aware, because timm's registry differs: timm 1.0.23 ... 1.0.28 register ``adopt`` without betas
+    (``has_betas=False``, so their factory drops a ``betas=`` given for it, though ``Adopt`` takes them); timm 1.0.31
+    registers it with betas. ``<prefix>adopt`` declares and takes exactly what that release's factory hands ``adopt``,
+    and its base gets the betas timm's own ``adopt`` gets from the same call."""
+    adopt = get_optimizer_info('adopt')
+    named = get_optimizer_class(prefix + 'adopt', bind_defaults=False)
+    assert get_optimizer_info(prefix + 'adopt').has_betas is adopt.has_betas
+    assert ('betas' in inspect.signature(named.__init__).parameters) is adopt.has_betas
+    params = [nn.Parameter(torch.zeros(3))]
+    built = create_optimizer_v2(params, prefix + 'adopt', lr=0.01, betas=(0.5, 0.6))
+    plain = create_optimizer_v2([nn.Parameter(torch.zeros(3))], 'adopt', lr=0.01, betas=(0.5, 0.6))
+    assert built.base_optimizer.param_groups[0]['betas'] == plain.param_groups[0]['betas']
+    assert (plain.param_groups[0]['betas'] == (0.5, 0.6)) is adopt.has_betas
+    if not adopt.has_betas:  # given to the class itself: refused, not silently dropped
+        with pytest.raises(TypeError, match='betas'):
+            named(params, lr=0.01, betas=(0.5, 0.6))
 
 
 def test_sam_bases_cover_timm_optimizers():

@@ -249,6 +249,30 @@ def test_a_sam_without_a_model_gets_the_tasks_trainable_module(given):
     assert kept.model is own
 
 
+def test_a_distillation_tasks_trainable_module_is_the_student(tmp_path):
+    """timm's LogitDistillationTask holds a teacher beside the student: SAM's model is the student, on timm 1.0.23
+    too, whose tasks have no get_trainable_module (the task holds it as ``student``). Built the way each release
+    takes a teacher: 1.0.23 builds it from a model name and a checkpoint file, later releases also take a module."""
+    import inspect
+
+    import timm
+    from timm.task import LogitDistillationTask
+    from timm.task.distillation import DistillationTeacher
+
+    torch.manual_seed(0)
+    student, teacher = (timm.create_model('test_resnet', num_classes=3) for _ in range(2))
+    if 'teacher_model' in inspect.signature(LogitDistillationTask).parameters:
+        task = LogitDistillationTask(student, teacher, nn.CrossEntropyLoss(), verbose=False)
+    else:
+        torch.save(teacher.state_dict(), tmp_path / 'teacher.pth')
+        teacher = DistillationTeacher('test_resnet', 3, pretrained_path=str(tmp_path / 'teacher.pth'),
+                                      device=torch.device('cpu'))
+        task = LogitDistillationTask(student, teacher, nn.CrossEntropyLoss(), verbose=False)
+    opt = SAM(torch.optim.SGD(student.parameters(), lr=0.1))
+    replay_timm_task(opt, task)
+    assert opt.model is student
+
+
 def test_a_lookahead_wrapped_sam_replays():
     model = _model()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)

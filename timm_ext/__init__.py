@@ -4,6 +4,9 @@
 with timm's optimizer factory. Importing is cheap: it only defines classes and
 registers entrypoints; nothing is built, downloaded or compiled.
 """
+import importlib
+from types import ModuleType
+
 from timm_ext._requirements import check_installed_versions
 from timm_ext._torchvision import require_loadable_torchvision
 
@@ -21,3 +24,13 @@ apply_backports()  # bugs of older timm releases that later ones fixed (create_l
 install_if_train_py()  # in timm's train.py (--device-modules timm_ext): exact resume, summary.csv continued
 
 __all__ = ['__version__', 'layers', 'models', 'optim']
+
+# imported on first use, so that `timm_ext.hub.load_model(...)` works after a plain `import timm_ext`
+_LAZY_SUBPACKAGES = ('analysis', 'catalog', 'data', 'demo', 'hub', 'recipes')
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``timm_ext.hub`` and the other subpackages of ``_LAZY_SUBPACKAGES``, imported when first used (PEP 562)."""
+    if name in _LAZY_SUBPACKAGES:
+        return importlib.import_module(f'{__name__}.{name}')
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -22,6 +22,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     'written by `timm-ext train` validate. A --checkpoint of a train.py run (or the run\'s folder) '
                     'gives validate.py what train.py evaluated with: the model and its arguments, the class count, '
                     'image size, crop, interpolation, mean/std, AMP, the data and the device; your own flags win. '
+                    'The folder\'s classes are compared with the run\'s: some of the run\'s classes are mapped to its '
+                    'indices by name (--class-map, said in a note), other classes stop with one line. '
                     'Every argument not listed here goes to validate.py unchanged; `timm-ext validate '
                     '--validate-help` shows them.')
     parser.add_argument('--timm-validate', metavar='PATH',

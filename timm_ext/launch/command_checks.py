@@ -14,6 +14,7 @@ train.py:
   take or that repeat train.py's own arguments, SAM settings its optimizer refuses (the optimizer's own checks),
   SAM settings left over under a baseline ``--opt``;
 * ``--device cuda`` (the scripts' default) where CUDA is not available; an output folder train.py cannot make;
+  ``--amp`` in float16 on the CPU (a warning: measured several times slower per step than fp32);
   ``bce_loss`` that train.py would ignore;
 * an ImageFolder whose class count differs from the classes the model will have;
 * a model name timm does not know once timm_ext and the ``device_modules`` are imported (with the closest
@@ -27,7 +28,8 @@ train.py:
   partial batch), and ``aug_repeats`` on one process (timm's loader asserts);
 * a packaged paper recipe run at another global batch than its paper's: refused with the fix, or, with
   ``allow_batch_change``, a one-line warning;
-* ``--resume``: a checkpoint whose optimizer state belongs to another optimizer than this run's;
+* ``--resume``: a checkpoint of another model than ``--model``, or whose optimizer state belongs to another
+  optimizer than this run's;
 * DDP on the CPU with a train.py that passes ``device_ids`` (:func:`ddp_on_cpu_problems`: the one check that
   ``--no-check`` does not skip, since torch refuses such a run for certain).
 
@@ -117,7 +119,7 @@ def check_train_command(
     problems += input_size_problems(args, config)
     problems += _train_data_problems(args, processes)
     problems += _aug_repeats_problems(args, config, processes)
-    warnings: List[str] = []
+    warnings = _cpu_amp_warnings(args)
     line = None if recipe is None else _global_batch_line(args, Path(recipe), config, processes, allow_batch_change)
     if line:
         (warnings if allow_batch_change else problems).append(line)
@@ -293,6 +295,25 @@ def _checkpoint_problems(checkpoint: Any) -> List[str]:
     if checkpoint and not Path(checkpoint).expanduser().exists():  # a folder: validate.py reads each
         return [f'checkpoint {checkpoint!r} does not exist']
     return []
+
+
+# autocast on the CPU: time per samadamw step against fp32, measured side by side by benchmarks/bench_amp_cpu.py
+# (batch 8 at 64 px, one thread, torch 2.14.1; docs/sam.md, training features); the CPU as lscpu names it
+CPU_AMP_MEASURED = {'cpu': 'Intel(R) Xeon(R) Processor', 'float16': {'vit_tiny_patch16_224': 4.0, 'resnet18': 103.0},
+                    'bfloat16': {'vit_tiny_patch16_224': 1.26, 'resnet18': 0.91}}
+
+
+def _cpu_amp_warnings(args: argparse.Namespace) -> List[str]:
+    """``--amp`` in float16 (train.py's default ``--amp-dtype``) on the CPU: train.py autocasts there without a loss
+    scaler, and CPU kernels run fp16 far slower than fp32. A warning, not a refusal: the run works, only slowly."""
+    if not getattr(args, 'amp', False) or str(getattr(args, 'device', '')).split(':')[0] != 'cpu' or \
+            getattr(args, 'amp_dtype', 'float16') != 'float16':
+        return []
+    fp16, bf16 = CPU_AMP_MEASURED['float16'], CPU_AMP_MEASURED['bfloat16']
+    slower = ' to '.join(f'{fp16[m]:g}x ({m})' for m in fp16)
+    return [f'--amp on the CPU: train.py autocasts to float16 (--amp-dtype float16, its default), measured {slower} '
+            f'slower per SAM step than fp32 on {CPU_AMP_MEASURED["cpu"]} (benchmarks/bench_amp_cpu.py): drop '
+            f'--amp, or use --amp-dtype bfloat16 ({" and ".join(f"{bf16[m]:g}x" for m in bf16)} there)']
 
 
 # --- the model and the modules imported before the script starts --------------------------------------
@@ -528,7 +549,9 @@ def _resume_problems(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
     """(problems, notes) of ``--resume``: train.py loads the checkpoint's optimizer state into whatever optimizer
     this run builds (AdamW's moments into SAM's base, SAM's into plain AdamW) and says nothing. The checkpoint is
     read (weights-only) first; a mismatch is refused unless ``--no-resume-opt`` (train.py's own flag: the
-    weights load, the optimizer starts fresh)."""
+    weights load, the optimizer starts fresh). A checkpoint of another architecture than ``--model`` (its ``arch``,
+    else its run's args.yaml) whose weights that model cannot take (built on the meta device) is refused first:
+    train.py would build the model, then fail to load the weights."""
     path = getattr(args, 'resume', '')
     if not path:
         return [], []
@@ -538,6 +561,12 @@ def _resume_problems(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
         ckpt = load_checkpoint(path)
     except HubError as e:
         return [f'--resume: {e}'], []
+    arch = _checkpoint_arch(ckpt)
+    if arch and isinstance(args.model, str) and _arch_name(arch) != _arch_name(args.model) and \
+            not _fits(ckpt, arch, args):
+        return [f'--resume {path} holds the weights of {arch}, and this run builds --model {args.model}: train.py '
+                f'would build {args.model}, then stop in load_state_dict (missing and unexpected keys); resume with '
+                f'--model {arch}, or drop --resume to train {args.model} from scratch'], []
     saved_opt = ckpt.train_args.get('opt')
     epoch = f', epoch {ckpt.epoch}: train.py continues at epoch {ckpt.epoch + 1}' if ckpt.epoch is not None else ''
     if args.no_resume_opt or ckpt.optimizer_is_sam is None or not isinstance(saved_opt, str):
@@ -552,6 +581,45 @@ def _resume_problems(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
                 f'with --opt {saved_opt}, or add --no-resume-opt to load the weights and start the optimizer '
                 f'fresh'], []
     return [], [f'--resume {path}: weights and the state of {_optimizer_label(saved_opt)}{epoch}']
+
+
+def _checkpoint_arch(ckpt: Any) -> Optional[str]:
+    """The model a checkpoint holds: its ``arch`` (train.py saves its ``--model`` there), its saved arguments' model,
+    else the ``model`` of the run's args.yaml beside it; None when nothing names it."""
+    arch = ckpt.arch or ckpt.train_args.get('model')
+    if isinstance(arch, str) and arch:
+        return arch
+    yaml_file = Path(ckpt.path).parent / 'args.yaml'
+    if not yaml_file.is_file():
+        return None
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(yaml_file.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    model = loaded.get('model') if isinstance(loaded, dict) else None
+    return model if isinstance(model, str) and model else None
+
+
+def _fits(ckpt: Any, arch: str, args: argparse.Namespace) -> bool:
+    """Whether ``--model`` as train.py builds it (on the meta device) takes the checkpoint's weights, key for key
+    and shape for shape (another name for the same layout, e.g. a deprecated alias, resumes fine)."""
+    from timm_ext.launch.from_run import RunSettings, fit_problem
+    from timm_ext.launch.input_size import train_model_kwargs
+
+    kwargs = train_model_kwargs(args)
+    if kwargs is None:
+        return False
+    shapes = {k: tuple(v.shape) for k, v in ckpt.state_dict.items()}
+    run = RunSettings(Path(ckpt.path), arch, ckpt.train_args, 'resume', shapes)
+    return fit_problem(run, args.model, {k: v for k, v in kwargs.items() if v is not None}, {}) is None
+
+
+def _arch_name(model: str) -> str:
+    """The architecture of a timm model name (a pretrained tag does not change the weights' layout); names read
+    elsewhere (``hf-hub:``, ``local-dir:``, paths) are kept whole."""
+    return model if any(c in model for c in '/\\:') else model.split('.')[0]
 
 
 def _optimizer_label(opt: str) -> str:

@@ -13,7 +13,7 @@ at most torch's own default. ``--threads N`` or ``OMP_NUM_THREADS`` / ``MKL_NUM_
 import os
 from typing import Dict, Mapping, Optional, Tuple
 
-__all__ = ['THREAD_VARIABLES', 'cpu_thread_env', 'free_cores']
+__all__ = ['THREAD_VARIABLES', 'cpu_thread_env', 'free_cores', 'free_cpu_threads']
 
 THREAD_VARIABLES = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS')
 
@@ -29,6 +29,23 @@ def free_cores() -> Tuple[int, float]:
     except (AttributeError, OSError):
         load = 0.0
     return max(1, cores), load
+
+
+def free_cpu_threads(processes: int = 1, cores: Optional[int] = None, load: Optional[float] = None,
+                     torch_default: Optional[int] = None) -> int:
+    """The CPU threads each of ``processes`` processes on this node should use now: the cores free by the 1-minute
+    load average, shared out, between 1 and torch's default. For your own loop on a CPU:
+    ``torch.set_num_threads(free_cpu_threads())`` (docs/cli.md#cpu-threads gives the measurements)."""
+    if cores is None or load is None:
+        found_cores, found_load = free_cores()
+        cores = found_cores if cores is None else cores
+        load = found_load if load is None else load
+    if torch_default is None:
+        import torch
+
+        torch_default = torch.get_num_threads()
+    busy = min(cores, int(load + 0.5))
+    return max(1, min(torch_default, (cores - busy) // max(1, processes)))
 
 
 def cpu_thread_env(
@@ -56,12 +73,7 @@ def cpu_thread_env(
         found_cores, found_load = free_cores()
         cores = found_cores if cores is None else cores
         load = found_load if load is None else load
-    if torch_default is None:
-        import torch
-
-        torch_default = torch.get_num_threads()
-    busy = min(cores, int(load + 0.5))
-    count = max(1, min(torch_default, (cores - busy) // max(1, processes)))
+    count = free_cpu_threads(processes, cores, load, torch_default)
     env = {name: str(count) for name in THREAD_VARIABLES}
     per = f', {processes} processes' if processes > 1 else ''
     note = (f'{count} CPU thread{"s" if count > 1 else ""} per train.py process ({cores} cores, load average '

@@ -8,7 +8,8 @@ gives validate.py the values train.py evaluated with; the user's own flags still
 
 A run folder whose ``args.yaml`` is gone is still a run: its checkpoint carries the same arguments
 (:func:`read_folder_run`). Without ``--model``, such a folder is never handed to validate.py, which would validate
-every file in it with its default ``dpn92`` and exit 0.
+every file in it with its default ``dpn92`` and exit 0. The classes of the folder validate.py reads are compared
+with the run's before it starts (:mod:`timm_ext.launch.run_classes`).
 """
 import argparse
 import ast
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from timm_ext._timm_compat import parser_actions
+from timm_ext.launch.run_classes import ClassCheck, class_check
 
 __all__ = ['RunError', 'RunSettings', 'ValidateFromRun', 'fit_problem', 'is_run_folder', 'read_folder_run', 'read_run',
            'run_checkpoint', 'validate_args_from_run', 'validate_command_from_run']
@@ -210,7 +212,9 @@ def validate_command_from_run(
     """validate.py's ``argv`` completed from the run of its ``--checkpoint`` (a file, or a run folder: its
     last.pth.tar, or model_best.pth.tar with ``best``; a folder without args.yaml: :func:`read_folder_run`); None
     when there is no checkpoint, or it is a folder of checkpoints given with ``--model`` (validate.py validates each).
-    Raises RunError (one line) when the run cannot be read or the model does not fit it."""
+    The validation folder's classes are compared with the run's (:func:`~timm_ext.launch.run_classes.class_check`):
+    some of the run's named classes are mapped by name (``--class-map``, with a note). Raises RunError (one line)
+    when the run cannot be read, the model does not fit it, or the folder's classes are not the run's."""
     parsed = parser.parse_known_args(list(argv))[0]
     path = getattr(parsed, 'checkpoint', None)
     if not path:
@@ -241,7 +245,23 @@ def validate_command_from_run(
         problem += f' (the run trained {run.arch}: drop --model, or add --no-run-args to take nothing from the run)'
     if problem:
         raise RunError(problem)
-    return result
+    classes = _class_check(run, final, kwargs)
+    if classes.problem:
+        raise RunError(classes.problem)
+    return ValidateFromRun(result.args + classes.args, result.taken + classes.notes, result.overrides)
+
+
+def _class_check(run: RunSettings, final: argparse.Namespace, kwargs: Dict[str, Any]) -> ClassCheck:
+    """The classes of validate.py's folder against the run's (:mod:`timm_ext.launch.run_classes`)."""
+    from timm_ext.launch.input_size import meta_model
+
+    num_classes = getattr(final, 'num_classes', None)
+    if num_classes is None:
+        model = meta_model(final.model, kwargs)
+        num_classes = getattr(model, 'num_classes', None)
+    if not isinstance(num_classes, int) or num_classes < 1:
+        return ClassCheck()
+    return class_check(run.args, final, num_classes, run.checkpoint)
 
 
 def _without_option(argv: List[str], option: str) -> List[str]:

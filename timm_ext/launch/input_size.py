@@ -11,7 +11,7 @@ import argparse
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ['input_size_problems', 'meta_model']
+__all__ = ['input_size_problems', 'meta_model', 'train_model_kwargs']
 
 
 def meta_model(model: str, kwargs: Dict[str, Any]) -> Any:
@@ -44,7 +44,7 @@ def _forward_error(model: Any, size: Tuple[int, ...]) -> Optional[str]:
     return None
 
 
-def _train_model_kwargs(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+def train_model_kwargs(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     """What train.py gives ``timm.create_model`` beside the weights (``pretrained``, ``checkpoint_path``); None when
     ``--model-kwargs`` repeats one of them (train.py's TypeError)."""
     in_chans = args.in_chans if getattr(args, 'in_chans', None) is not None else (
@@ -65,7 +65,7 @@ def input_size_problems(args: argparse.Namespace, config: Dict[str, Any]) -> Lis
     ``--img-size``, else the model's pretrained cfg) and one forward tells; the fixes named are tried the same way.
     A model that fails at its own size too (an op without a meta kernel) is left to train.py, and so is one built as
     registered and fed its own pretrained cfg's size (no size, no ``model_kwargs``: the common command pays nothing)."""
-    kwargs = _train_model_kwargs(args)
+    kwargs = train_model_kwargs(args)
     if getattr(args, 'naflex_loader', False) or not isinstance(args.model, str) or kwargs is None:
         return []
     if any(c in args.model for c in ('/', '\\', ':')):  # hf-hub:, local-dir:, paths: read by timm, not here

@@ -40,6 +40,7 @@ from timm_ext.layers.small_map_conv import create_small_map_conv2d
 from timm_ext.layers.window_attention import WindowAttention2d
 from timm_ext.models._builder import build_timm_ext_model
 from timm_ext.models._cfgs import model_cfg
+from timm_ext.models._head import head_like_model
 from timm_ext.models.alternet_convert import convert_official_alternet, is_official_alternet_state_dict
 
 __all__ = ['AlterNet', 'LocalMsaBlock', 'alternet_msa_indices']  # model_registry will add each entrypoint fn to this
@@ -323,7 +324,8 @@ class AlterNet(nn.Module):
 
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
         self.num_classes = num_classes
-        self.head.reset(num_classes, global_pool)
+        with head_like_model(self):  # ClassifierHead.reset: torch's defaults, or its fc's (none after reset(0))
+            self.head.reset(num_classes, global_pool)
 
     def forward_intermediates(
             self,

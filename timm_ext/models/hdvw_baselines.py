@@ -20,7 +20,7 @@ by their authors (the code is Apache-2.0), and the authors report no test accura
 """
 import re
 from functools import partial
-from typing import Any, Dict, Set
+from typing import Any, Dict, Optional, Set
 
 import torch
 import torch.nn as nn
@@ -34,6 +34,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from timm_ext.models._builder import build_timm_ext_model
 from timm_ext.models._cfgs import model_cfg
+from timm_ext.models._head import head_like_model
 from timm_ext.models._stem import apply_stem_kwargs, vit_stem_checkpoint_filter_fn
 
 __all__ = ['CifarStemResNet']
@@ -56,6 +57,12 @@ class CifarStemResNet(ResNet):
         self.feature_info = [dict(self.feature_info[0], reduction=1)] + [
             dict(info, reduction=info['reduction'] // 4) for info in self.feature_info[1:]]
         nn.init.kaiming_normal_(self.conv1.weight, mode='fan_out', nonlinearity='relu')  # as timm's ResNet
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        """A new classifier; ``global_pool=None`` keeps the current pooling (timm < 1.0.31's ResNet resets it to
+        'avg'), on the model's device and dtype (timm < 1.0.29 builds it on torch's defaults)."""
+        with head_like_model(self):
+            super().reset_classifier(num_classes, self.global_pool.pool_type if global_pool is None else global_pool)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:

@@ -15,7 +15,7 @@ from timm.models.mlp_mixer import MlpMixer
 from timm.models.mlp_mixer import checkpoint_filter_fn as _mixer_checkpoint_filter_fn
 
 from timm_ext.layers.context_broadcast import check_cb_init
-from timm_ext.models._mixer import create_mixer, mixer_cfg
+from timm_ext.models._mixer import create_mixer, mixer_cfg, reset_mixer_classifier
 from timm_ext.models.cb_retrofit import (
     CBLayers,
     add_context_broadcast,
@@ -42,6 +42,9 @@ class MlpMixerCB(MlpMixer):
         super().__init__(*args, **kwargs)
         self.cb_layers = resolve_cb_layers(cb_layers, len(self.blocks))
         add_context_broadcast(self, layers=self.cb_layers, scaled=cb_scaled, init_value=cb_init)
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        reset_mixer_classifier(self, num_classes, global_pool)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:

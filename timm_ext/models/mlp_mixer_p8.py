@@ -9,19 +9,22 @@ recipe cannot reach the 8x8 variants through ``model_kwargs``. What is ours: two
 build timm's own ``MlpMixer`` with 8x8 patches (no published weights), registered by ``import timm_ext``
 like every timm-ext model.
 """
-from typing import Set
+from typing import Optional, Set
 
 import torch
 from timm.models import generate_default_cfgs, register_model
 from timm.models.mlp_mixer import MlpMixer, checkpoint_filter_fn
 
-from timm_ext.models._mixer import create_mixer, mixer_cfg
+from timm_ext.models._mixer import create_mixer, mixer_cfg, reset_mixer_classifier
 
 __all__ = []  # model_registry will add each entrypoint fn to this
 
 
 class MlpMixerP8(MlpMixer):
     """timm's ``MlpMixer``, naming its weight-decay exemptions like every timm-ext model."""
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        reset_mixer_classifier(self, num_classes, global_pool)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:

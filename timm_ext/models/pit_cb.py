@@ -20,6 +20,7 @@ from timm.models.pit import checkpoint_filter_fn as _pit_checkpoint_filter_fn
 from timm_ext.layers.context_broadcast import check_cb_init
 from timm_ext.models._builder import build_timm_ext_model
 from timm_ext.models._cfgs import model_cfg
+from timm_ext.models._head import head_like_model
 from timm_ext.models.cb_retrofit import (
     CBLayers,
     add_context_broadcast,
@@ -82,6 +83,10 @@ class PoolingVisionTransformerCB(PoolingVisionTransformer):
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         for stage in self.transformers:
             stage.blocks.grad_checkpointing = enable
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        with head_like_model(self):  # timm < 1.0.29 builds the new head on torch's defaults
+            super().reset_classifier(num_classes, global_pool)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:

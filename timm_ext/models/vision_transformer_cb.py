@@ -19,6 +19,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from timm_ext.layers.context_broadcast import check_cb_init
 from timm_ext.models._cfgs import model_cfg
+from timm_ext.models._head import head_like_model
 from timm_ext.models._stem import create_stem_vit, vit_stem_checkpoint_filter_fn
 from timm_ext.models.cb_retrofit import (
     CBLayers,
@@ -55,6 +56,10 @@ class VisionTransformerCB(VisionTransformer):
         self.cb_layers = resolve_cb_layers(cb_layers, len(self.blocks))
         add_context_broadcast(
             self, layers=self.cb_layers, scaled=cb_scaled, init_value=cb_init, patch_mean=cb_patch_mean)
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        with head_like_model(self):  # timm < 1.0.29 builds the new head on torch's defaults
+            super().reset_classifier(num_classes, global_pool)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:

@@ -18,6 +18,7 @@ from timm.models.volo import VOLO
 from timm_ext.layers.conv_stem import ConvStemPatchEmbed, resolve_stem
 from timm_ext.models._builder import build_timm_ext_model
 from timm_ext.models._cfgs import model_cfg
+from timm_ext.models._head import head_like_model
 from timm_ext.models._stem import reconcile_stem_keys, with_stem_first_conv
 
 __all__ = ['VOLOConvStem']  # model_registry will add each entrypoint fn to this
@@ -50,6 +51,10 @@ class VOLOConvStem(VOLO):
             layers, img_size=img_size, in_chans=in_chans, patch_size=patch_size, stem_hidden_dim=stem_hidden_dim,
             embed_dims=embed_dims, device=device, dtype=dtype, **kwargs)
         self.patch_embed = patch_embed
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        with head_like_model(self):  # timm < 1.0.29 reads them from the old head (none after reset_classifier(0))
+            super().reset_classifier(num_classes, global_pool)
 
 
 def checkpoint_filter_fn(

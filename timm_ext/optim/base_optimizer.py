@@ -4,15 +4,17 @@ The base optimizer is an instance given as is, or davda54/sam's ``(params, Optim
 param groups, per-parameter state and defaults are the base optimizer's own objects, so a scheduler, timm's
 layer decay or a checkpoint sees one optimizer; torch's hook tables and step wrapper are SAM's.
 """
+import difflib
+import inspect
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
 from torch.optim import Optimizer
 
 from timm_ext.optim.sharded import refuse_flat_parameters
 
-__all__ = ['WrappedOptimizer', 'build_base_optimizer', 'check_model']
+__all__ = ['WrappedOptimizer', 'build_base_optimizer', 'check_keywords', 'check_model', 'keyword_names']
 
 # torch.optim.Optimizer's hook tables (Optimizer.__init__ is not called: the groups are the base optimizer's)
 _HOOK_TABLES = ('_optimizer_step_pre_hooks', '_optimizer_step_post_hooks', '_optimizer_state_dict_pre_hooks',
@@ -20,10 +22,48 @@ _HOOK_TABLES = ('_optimizer_step_pre_hooks', '_optimizer_step_post_hooks', '_opt
                 '_optimizer_load_state_dict_post_hooks')
 
 
-def build_base_optimizer(params: Any, base_optimizer: Any, base_kwargs: Dict[str, Any]) -> Optimizer:
-    """``params`` if it is an optimizer instance, else ``base_optimizer(params, **base_kwargs)``; one line otherwise."""
+def keyword_names(function: Callable[..., Any]) -> Optional[List[str]]:
+    """The keywords ``function`` (an optimizer class) takes besides ``params``; None if it takes any (``**kwargs``)."""
+    names = []
+    for param in inspect.signature(function).parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            return None
+        if param.kind is not param.VAR_POSITIONAL and param.name != 'params':
+            names.append(param.name)
+    return names
+
+
+def _closest(key: str, names: Sequence[str], cutoff: float = 0.6) -> Optional[str]:
+    """The name most like ``key`` (difflib's ratio, at least ``cutoff``); on a tie the first (``rho``: ``rho_max``)."""
+    scores = [(difflib.SequenceMatcher(None, key, name).ratio(), -index) for index, name in enumerate(names)]
+    score, index = max(scores, default=(0.0, 0))
+    return names[-index] if score >= cutoff else None
+
+
+def check_keywords(given: Iterable[str], family: str, own: Sequence[str], base: str = '',
+                   base_names: Sequence[str] = ()) -> None:
+    """A one-line TypeError for the first ``given`` keyword that is neither ``family``'s (``own``) nor the base
+    optimizer's (``base_names``; ``base``: its name), naming the closest one that is (``rhoo``: did you mean 'rho'?).
+    Without ``base`` (an optimizer instance was given), only a near miss of ``own`` raises."""
+    for key in given:
+        if key in own or key in base_names:
+            continue
+        close = _closest(key, [*own, *base_names])
+        if close:
+            whose = f'a {family} setting' if close in own else f'an argument of {base}'
+            raise TypeError(f'{family} got an unexpected keyword argument {key!r}: did you mean {close!r} ({whose})?')
+        if base:
+            raise TypeError(f'{family} got an unexpected keyword argument {key!r}: it is neither a {family} setting '
+                            f'({", ".join(own)}) nor an argument of {base} ({", ".join(base_names)})')
+
+
+def build_base_optimizer(params: Any, base_optimizer: Any, base_kwargs: Dict[str, Any], own: Sequence[str] = (),
+                         family: str = 'SAM') -> Optimizer:
+    """``params`` if it is an optimizer instance, else ``base_optimizer(params, **base_kwargs)``; one line otherwise.
+    ``own``: the keywords of ``family`` (SAM's settings), named when a keyword of ``base_kwargs`` is a near miss."""
     if isinstance(params, Optimizer) or (params is None and isinstance(base_optimizer, Optimizer)):
         instance = params if isinstance(params, Optimizer) else base_optimizer
+        check_keywords(base_kwargs, family, own)
         extra = base_optimizer if instance is params else None
         if extra is not None or base_kwargs:
             given = ', '.join(sorted(base_kwargs)) or f'base_optimizer={extra!r}'
@@ -31,6 +71,9 @@ def build_base_optimizer(params: Any, base_optimizer: Any, base_kwargs: Dict[str
                              f'pass either an instance, or params plus an optimizer class and its arguments')
         base = instance
     elif isinstance(base_optimizer, type) and issubclass(base_optimizer, Optimizer) and params is not None:
+        names = keyword_names(base_optimizer)
+        if names is not None:
+            check_keywords(base_kwargs, family, own, base_optimizer.__name__, names)
         base = base_optimizer(params, **base_kwargs)
     else:
         raise ValueError(
@@ -55,8 +98,9 @@ class WrappedOptimizer(Optimizer):
     base_optimizer: Optimizer
     _copied: Tuple[str, ...] = ('base_optimizer',)
 
-    def _wrap(self, params: Any, base_optimizer: Any, base_kwargs: Dict[str, Any]) -> None:
-        self.base_optimizer = build_base_optimizer(params, base_optimizer, base_kwargs)
+    def _wrap(self, params: Any, base_optimizer: Any, base_kwargs: Dict[str, Any], own: Sequence[str] = (),
+              family: str = 'SAM') -> None:
+        self.base_optimizer = build_base_optimizer(params, base_optimizer, base_kwargs, own, family)
         refuse_flat_parameters([p for group in self.param_groups for p in group['params']])
 
     def _init_runtime(self) -> None:

@@ -75,7 +75,7 @@ class SAM(WrappedOptimizer):
         names = self.Settings.init_names()  # a family's own settings arrive through **base_kwargs
         given.update({name: base_kwargs.pop(name) for name in names if name in base_kwargs})
         self.settings = self.Settings(**{name: value for name, value in given.items() if name in names})
-        self._wrap(params, base_optimizer, base_kwargs)
+        self._wrap(params, base_optimizer, base_kwargs, (*names, 'model'), self.Settings.family)
         self.set_model(model)
         self.defaults.update(self.settings.group_defaults())
         self._add_group_defaults()

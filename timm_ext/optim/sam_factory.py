@@ -38,7 +38,7 @@ units of ``|w| + eta``, so SAM's value is no guide for it.
 """
 import inspect
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Type
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import torch
 import torch.nn as nn
@@ -50,7 +50,7 @@ from timm_ext._timm_compat import (
     optimizer_factory_code,
     registry_optimizers,
 )
-from timm_ext.optim.base_optimizer import check_model
+from timm_ext.optim.base_optimizer import check_keywords, check_model, keyword_names
 from timm_ext.optim.gsam import GSAM
 from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.sam import SAM
@@ -92,8 +92,10 @@ def _check_base(base: Any, kind: str) -> str:
     return name
 
 
-def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict[str, Any]) -> torch.optim.Optimizer:
-    """Build ``base`` (a timm optimizer name) over ``params`` with the arguments timm's factory would give it."""
+def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict[str, Any],
+                  own: Sequence[str] = ()) -> torch.optim.Optimizer:
+    """Build ``base`` (a timm optimizer name) over ``params`` with the arguments timm's factory would give it;
+    ``own``: the family's keywords, named when a keyword is a near miss of one."""
     info = get_optimizer_info(_check_base(base, kind))
     kwargs = dict(base_kwargs)
     for key, value in (info.defaults or {}).items():
@@ -106,7 +108,11 @@ def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict
         kwargs.pop('eps', None)
     if not info.has_betas:
         kwargs.pop('betas', None)
-    return get_optimizer_class(info, bind_defaults=False)(params, **kwargs)
+    base_class = get_optimizer_class(info, bind_defaults=False)
+    names = keyword_names(base_class)
+    if names is not None:
+        check_keywords(kwargs, kind, own, getattr(base_class, '__name__', info.name), names)
+    return base_class(params, **kwargs)
 
 
 # arguments timm's factory hands any optimizer that declares them (``OptimInfo.has_eps``, ...); a bare name's base is
@@ -119,15 +125,20 @@ _BASE_CLASS_NAMES = {'sgd': 'SGD', 'momentum': 'Momentum', 'nesterov': 'Nesterov
 
 def _base_parameters(base: Optional[str], taken: set) -> Tuple[List[inspect.Parameter], bool]:
     """The keyword parameters of ``base``'s optimizer class (all three common ones for a bare name), and whether it
-    takes any other keyword."""
+    takes any other keyword. A common one that this timm's registry says its factory does not hand ``base`` is left
+    out, as ``_base_by_name`` would drop it: timm 1.0.23 ... 1.0.28 register ``adopt`` without betas, though
+    ``Adopt`` takes them, so ``samadopt`` takes none there (a TypeError, not betas silently dropped)."""
     keyword = inspect.Parameter.KEYWORD_ONLY
     if base is None:
         return [inspect.Parameter(n, keyword, default=None) for n in _COMMON_BASE_ARGS], True
+    info = get_optimizer_info(base)
+    handed = {'eps': info.has_eps, 'betas': info.has_betas, 'momentum': info.has_momentum}
     params, any_keyword = [], False
-    for param in inspect.signature(get_optimizer_class(base, bind_defaults=False)).parameters.values():
+    for param in inspect.signature(get_optimizer_class(info, bind_defaults=False)).parameters.values():
         if param.kind is param.VAR_KEYWORD:
             any_keyword = True
-        elif param.kind is not param.VAR_POSITIONAL and param.name != 'params' and param.name not in taken:
+        elif param.kind is not param.VAR_POSITIONAL and param.name not in ('params', *taken) and \
+                handed.get(param.name, True):
             params.append(param.replace(kind=keyword))
     return params, any_keyword
 
@@ -156,7 +167,7 @@ def _factory_class(family: Type[SAM], name: str, doc: str, defaults: Optional[Di
     def __init__(self: SAM, *args: Any, **kwargs: Any) -> None:
         params, base, model, values, base_kwargs = _arguments(type(self), args, kwargs)
         check_model(model, kind)
-        base_optimizer = _base_by_name(params, base, kind, base_kwargs)
+        base_optimizer = _base_by_name(params, base, kind, base_kwargs, _own_keywords(type(self)))
         if model is None:
             model = model_given_to_factory(base_optimizer)
         family.__init__(self, base_optimizer, model=model, **values)
@@ -176,6 +187,11 @@ def _arguments(cls: Type[SAM], args: Tuple[Any, ...], kwargs: Dict[str, Any]) ->
         Any, Optional[str], Optional[nn.Module], Dict[str, Any], Dict[str, Any]]:
     """A factory class's call as (params, base, model, the family's own arguments, the base optimizer's: only
     those given, so the base gets timm's defaults for its name)."""
+    takes = cls.signature.parameters
+    if 'base_kwargs' not in takes:  # a combined name: its base's keywords are known, a typo gets a suggestion
+        base = getattr(get_optimizer_class(takes['base'].default, bind_defaults=False), '__name__', 'its base')
+        check_keywords(kwargs, cls.family.Settings.family, _own_keywords(cls), base,
+                       [n for n in takes if n not in cls.family_names])
     bound = cls.signature.bind(*args, **kwargs)
     given = dict(bound.arguments)
     base_kwargs = dict(given.pop('base_kwargs', {}))
@@ -186,6 +202,11 @@ def _arguments(cls: Type[SAM], args: Tuple[Any, ...], kwargs: Dict[str, Any]) ->
     if 'rho' in values and values['rho'] is None:  # sam / asam: the radius depends on adaptive
         values['rho'] = ASAM_RHO if values['adaptive'] else SAM_RHO
     return params, base, model, values, base_kwargs
+
+
+def _own_keywords(cls: Type[SAM]) -> List[str]:
+    """The keywords of a factory class that are its family's (``base``, ``rho``, ...), in signature order."""
+    return [name for name in cls.signature.parameters if name in cls.family_names and name != 'params']
 
 
 _DOCS = {

@@ -274,10 +274,20 @@ class TaskRecorder:
             '--naflex-loss-scale none on a single process, or a closure in a custom loop', stacklevel=3)
 
 
+# where timm 1.0.23's tasks (no get_trainable_module yet) hold the module they train: FeatureDistillationTask's
+# trainable_module (student and projection), LogitDistillationTask's student, ClassificationTask's model
+_TIMM_1_0_23_TRAINABLE = ('trainable_module', 'student', 'model')
+
+
 def _trainable_module(task: nn.Module) -> nn.Module:
-    """timm >= 1.0.24 tasks name their trainable module; timm 1.0.23's own all their parameters."""
+    """The module of ``task`` that owns its trainable parameters: ``get_trainable_module()`` on timm >= 1.0.24, the
+    attribute that holds it on timm 1.0.23 (its tasks also hold a teacher or a criterion); the task itself else."""
     getter = getattr(task, 'get_trainable_module', None)
-    module = getter() if getter is not None else None
+    if getter is not None:
+        module = getter()
+    else:
+        module = next((m for m in (getattr(task, n, None) for n in _TIMM_1_0_23_TRAINABLE)
+                       if isinstance(m, nn.Module)), None)
     return module if module is not None else task
 
 
