@@ -44,7 +44,7 @@ rm -rf "$floor"
 floor="$repo/$floor"
 wheel=$(ls "$dist"/*.whl)
 "$floor/bin/python" -m pip install --quiet --upgrade pip
-"$floor/bin/python" -m pip install --quiet "$wheel[demo]" torch==2.4.1 torchvision==0.19.1 timm==1.0.23 pytest
+"$floor/bin/python" -m pip install --quiet "$wheel[demo]" torch==2.4.1 torchvision==0.19.1 timm==1.0.23 pytest pytest-xdist
 "$floor/bin/python" -W ignore -c "import sys, timm, torch; print(f'lane: Python {sys.version.split()[0]}, torch {torch.__version__}, timm {timm.__version__}')"
 
 work="$(mktemp -d)"
@@ -69,6 +69,6 @@ if [ -f "$shared/v1.0.22/train.py" ]; then
   echo "+ timm-ext patch $shared/v1.0.22/train.py --out $work/train_patched.py"
   "$floor/bin/timm-ext" patch "$shared/v1.0.22/train.py" --out "$work/train_patched.py"
 fi
-TIMM_EXT_TIMM_TRAIN="$shared/v1.0.23/train.py" "$floor/bin/pytest" -q -rs -p no:cacheprovider --rootdir "$repo" \
+TIMM_EXT_TIMM_TRAIN="$shared/v1.0.23/train.py" "$floor/bin/pytest" -q -rs -p no:cacheprovider --rootdir "$repo" -n auto \
   "$repo/tests/test_models.py" "$repo/tests/test_recipes.py::test_sam_runs_in_real_train_py_and_resumes" \
   "$repo/tests/test_timm_backports.py" "$repo/tests/test_requirements.py"
