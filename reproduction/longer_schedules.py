@@ -1,4 +1,5 @@
-"""Revisions 2.4 and 3.1: a seed whose group of arms misses the convergence rule trains again at twice the schedule.
+"""Revisions 2.4 and 3.1: a seed whose group of arms misses the convergence rule trains again at twice the schedule;
+revision 4: the ViT pair at twice its schedule for every seed (``LONG_ARMS``), whatever the rule says.
 
 A seed's group is the lr sweep's pair (``plan.EXTENDED_PAIRS``, revision 2.4) or, at revision 3's new seeds, the
 ViT arms of ``plan.EXTENDED_GROUP`` that are trained for that seed (revision 3.1). The schedules are tried in order
@@ -11,7 +12,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from plan import ARM_BY_NAME, EXTENDED_GROUP, EXTENDED_PAIRS, MAX_DOUBLINGS, MEASURE_FILE, Arm, extended_seeds
+from plan import (
+    ARM_BY_NAME,
+    EXTENDED_GROUP,
+    EXTENDED_PAIRS,
+    LONG_FACTOR,
+    LONG_PAIR,
+    MAX_DOUBLINGS,
+    MEASURE_FILE,
+    Arm,
+    extended_seeds,
+)
 
 
 def doubled(arm: Arm, times: int) -> Arm:
@@ -22,6 +33,9 @@ def doubled(arm: Arm, times: int) -> Arm:
     return replace(arm, name=f'{arm.name}_x{factor}', label=f'{arm.label}, {arm.schedule * factor} epochs',
                    schedule=arm.schedule * factor)
 
+
+# revision 4: the ViT pair at LONG_FACTOR times its schedule for every seed (the same names as revision 3.1's runs)
+LONG_ARMS: Tuple[Arm, ...] = tuple(doubled(ARM_BY_NAME[name], LONG_FACTOR.bit_length() - 1) for name in LONG_PAIR)
 
 EXTENSION_ARMS: Tuple[Arm, ...] = tuple(doubled(ARM_BY_NAME[name], k) for group in (*EXTENDED_PAIRS, EXTENDED_GROUP)
                                         for name in group for k in range(1, MAX_DOUBLINGS + 1))

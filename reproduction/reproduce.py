@@ -23,10 +23,21 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from longer_schedules import doubled
-from plan import ARM_BY_NAME, EXTENDED_GROUP, EXTENDED_PAIRS, EXTENDED_SEEDS, MAX_DOUBLINGS, SEEDS, Arm, extended_seeds
-from run_results import Archive, load_archive
-from study_jobs import StudyJob, extended_jobs, extension_jobs, plan_jobs, run_jobs
+from longer_schedules import LONG_ARMS, doubled
+from plan import (
+    ARM_BY_NAME,
+    EXTENDED_GROUP,
+    EXTENDED_PAIRS,
+    EXTENDED_SEEDS,
+    LONG_PAIR,
+    LONG_SEEDS,
+    MAX_DOUBLINGS,
+    SEEDS,
+    Arm,
+    extended_seeds,
+)
+from run_results import Archive, load_archive, long_archive
+from study_jobs import StudyJob, extended_jobs, extension_jobs, long_jobs, plan_jobs, run_jobs
 from supporting_runs import ALL_ARMS, SUPPORT_ARMS
 
 __all__ = ['main', 'print_plan']
@@ -75,6 +86,13 @@ def print_plan(jobs: Sequence[StudyJob], arms: Sequence[Arm], seeds: Sequence[in
         log(f'and each new seed of revision 3 where a run of {" / ".join(EXTENDED_GROUP)} (the arms it trains for '
             f'that seed) misses the rule trains all of them again at twice the schedule (revision 3.1; up to '
             f'{MAX_DOUBLINGS} times)')
+    if extended and all(n in names for n in LONG_PAIR):
+        mine = [j for j in jobs if j.arm in LONG_ARMS]
+        read_back = sum(key[0] == LONG_ARMS[0].name for key in archived)
+        log(f'revision 4: {" / ".join(a.name for a in LONG_ARMS)} ({LONG_ARMS[0].epochs} epochs) at seeds '
+            f'{LONG_SEEDS[0]}-{LONG_SEEDS[-1]}: train {sum(j.trains for j in mine)} runs, measure only '
+            f'{sum(not j.trains for j in mine)}, read back {read_back} pairs; a run that misses the convergence rule '
+            f'is named, not trained again')
     if jobs:
         log(f'ETA: {_eta_minutes(jobs, lanes):.0f} min with {lanes} runs at a time on an idle 2-core machine '
             f'(a plain ViT run = {UNIT_SECONDS:.0f} s), then the report (< 2 min)')
@@ -141,8 +159,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start = time.perf_counter()
     load_before = os.getloadavg()[1]
     jobs = plan_jobs(runs, arms, seeds, args.timm_train, set(archive))
+    long_pair = extended and all(n in {a.name for a in arms} for n in LONG_PAIR)
     if extended:
         jobs += extended_jobs(runs, arms, args.timm_train, set(archive))
+    if long_pair:  # revision 4: the ViT pair at twice its schedule for every seed
+        archive.update(long_archive(archive))
+        jobs += long_jobs(runs, args.timm_train, set(archive))
     # revisions 2.4 and 3.1 extend a seed's group at any seed the study trains (3.1's groups: the new seeds only)
     every_seed = sorted({*seeds, *(s for a in arms for s in (extended_seeds(a.name) if extended else ()))})
     jobs_after = [] if jobs else extension_jobs(runs, arms, every_seed, args.timm_train)

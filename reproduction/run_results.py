@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
-from longer_schedules import tried
-from plan import MEASURE_FILE, Arm
+from longer_schedules import LONG_ARMS, tried
+from plan import LONG_PAIR, LONG_REUSED, MEASURE_FILE, Arm
 
 # every run's measurements, by arm, in seed order
 Results = Dict[str, List[Dict[str, Any]]]
@@ -27,6 +27,19 @@ def load_archive(path: Path) -> Archive:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f'cannot read the archived runs in {path} ({type(e).__name__}: {e}): give the '
                          f'measurements.json a report wrote, or --no-archive to train every run') from None
+
+
+def long_archive(archive: Archive) -> Archive:
+    """Revision 4's runs in an earlier report: its own (``vit_x2``, ``vit_sam_x2``), else, at ``LONG_REUSED``,
+    revision 3.1's runs of the same settings, which that report keeps as the final runs of ``vit`` and ``vit_sam``."""
+    out: Archive = {}
+    for name, arm in zip(LONG_PAIR, LONG_ARMS):
+        out.update({key: m for key, m in archive.items() if key[0] == arm.name})
+        for seed in LONG_REUSED:
+            m = archive.get((name, seed))
+            if (arm.name, seed) not in out and m is not None and m.get('run') == f'{arm.name}-s{seed}':
+                out[arm.name, seed] = {k: v for k, v in m.items() if k != 'replaced'}
+    return out
 
 
 def in_cache(runs: Path, arm: str, seed: int) -> bool:

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AbstractSet, Callable, List, Optional, Sequence, Tuple
 
-from longer_schedules import pending, run_dir
-from plan import IMAGE_SIZE, MEASURE_FILE, TRAIN_ARGS, Arm, extended_seeds
+from longer_schedules import LONG_ARMS, pending, run_dir
+from plan import IMAGE_SIZE, LONG_SEEDS, MEASURE_FILE, TRAIN_ARGS, Arm, extended_seeds
 
 from timm_ext.demo.runner import Job, Progress, read_summary, thread_env
 from timm_ext.demo.runner import run_jobs as run_processes
 from timm_ext.demo.train_runs import TrainRun, train_command
 
-__all__ = ['MEASURE_SCRIPT', 'StudyJob', 'extended_jobs', 'extension_jobs', 'measured', 'plan_jobs', 'run_jobs',
-           'train_args', 'trained', 'training']
+__all__ = ['MEASURE_SCRIPT', 'StudyJob', 'extended_jobs', 'extension_jobs', 'long_jobs', 'measured', 'plan_jobs',
+           'run_jobs', 'train_args', 'trained', 'training']
 
 MEASURE_SCRIPT = Path(__file__).resolve().parent / 'measure_run.py'
 
@@ -118,6 +118,13 @@ def extension_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int],
     """Revisions 2.4 and 3.1: a seed's group at twice the schedule, where one of its runs missed the rule."""
     return [job for arm, seed in pending(runs, [a.name for a in arms], seeds)
             for job in plan_jobs(runs, [arm], [seed], timm_train)]
+
+
+def long_jobs(runs: Path, timm_train: Optional[str],
+              archived: AbstractSet[Tuple[str, int]] = frozenset()) -> List[StudyJob]:
+    """Revision 4: the ViT pair at twice its schedule for every seed of ``LONG_SEEDS``, seed by seed; what
+    ``archived`` holds (revision 3.1's pairs at ``LONG_REUSED``, read back) is not trained again."""
+    return plan_jobs(runs, LONG_ARMS, LONG_SEEDS, timm_train, archived)
 
 
 def run_jobs(jobs: List[StudyJob], runs: Path, lanes: int, log: Callable[[str], None] = _print) -> None:

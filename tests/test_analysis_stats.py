@@ -115,11 +115,40 @@ def _diff(low: float, high: float, diffs=(1.0, -1.0, 2.0)) -> PairedDifference:
     (-0.2, 0.5, 'increase', 0.5, 'inconclusive'),       # touching the margin does not rule it out
     (-0.5, 0.2, 'increase', 0.5, 'inconclusive'),
     (-0.2, 0.6, 'increase', 0.5, 'inconclusive'),       # wider than the margin
-    (0.1, 0.3, 'increase', 0.5, 'reproduced'),          # sign first: inside the margin but above 0
-    (-0.3, -0.1, 'increase', 0.5, 'the opposite'),
+    (0.1, 0.3, 'increase', 0.5, 'smaller than claimed'),  # above 0, and an effect of the margin's size ruled out
+    (-0.3, -0.1, 'decrease', 0.5, 'smaller than claimed'),
+    (0.1, 0.5, 'increase', 0.5, 'reproduced'),            # touching the margin does not rule it out
+    (0.1, 0.8, 'increase', 0.5, 'reproduced'),
+    (-0.3, -0.1, 'increase', 0.5, 'the opposite'),        # the other side of 0, inside the margin or not
+    (-0.8, -0.1, 'increase', 0.5, 'the opposite'),
 ])
 def test_verdict_branches(low, high, direction, margin, label):
     assert verdict(_diff(low, high), direction, margin).label == label
+
+
+@pytest.mark.parametrize('low, high, direction, new, old', [
+    (0.1, 0.3, 'increase', 'smaller than claimed', 'reproduced'),  # the interval that read as both before
+    (0.06, 1.12, 'increase', 'reproduced', 'reproduced'),
+    (-0.13, 0.79, 'increase', 'not reproduced', 'not reproduced'),
+    (-0.3, -0.1, 'decrease', 'smaller than claimed', 'reproduced'),
+])
+def test_the_rule_before_smaller_than_claimed_differs_only_there(low, high, direction, new, old):
+    margin = 1.0 if abs(high) > 0.5 else 0.5
+    assert verdict(_diff(low, high), direction, margin).label == new
+    assert verdict(_diff(low, high), direction, margin, smaller_than_claimed=False).label == old
+
+
+def test_no_interval_meets_two_labels():
+    # every interval on a grid gets exactly one label, and the conditions of the rule's labels never overlap
+    grid = [x / 4 for x in range(-8, 9)]
+    for low in grid:
+        for high in (h for h in grid if h >= low):
+            i = _diff(low, high)
+            met = {'reproduced': low > 0 and high >= 1.0, 'smaller than claimed': low > 0 and high < 1.0,
+                   'the opposite': high < 0, 'not reproduced': -1.0 < low <= 0 <= high < 1.0}
+            met['inconclusive'] = not any(met.values())
+            assert sum(met.values()) == 1, (low, high, met)
+            assert met[verdict(i, 'increase', 1.0).label], (low, high)
 
 
 def test_verdict_counts_seeds_with_the_claimed_sign_strictly():
@@ -129,7 +158,7 @@ def test_verdict_counts_seeds_with_the_claimed_sign_strictly():
     assert str(verdict(d, 'increase')) == 'inconclusive (2/4 seeds agree)'
     real = paired_difference([1, 2, 3, 4, 5], [2, 3, 4, 5, 6.5])
     assert str(verdict(real, 'increase')) == 'reproduced (5/5 seeds agree)'
-    assert set(VERDICTS) == {'reproduced', 'not reproduced', 'the opposite', 'inconclusive'}
+    assert set(VERDICTS) == {'reproduced', 'smaller than claimed', 'not reproduced', 'the opposite', 'inconclusive'}
     assert all(f'**{label}**' in VERDICT_RULE for label in VERDICTS) and '\n' not in VERDICT_RULE
 
 

@@ -16,15 +16,20 @@ __all__ = [
     't_quantile', 'verdict',
 ]
 
-VERDICTS = ('reproduced', 'not reproduced', 'the opposite', 'inconclusive')
+VERDICTS = ('reproduced', 'smaller than claimed', 'not reproduced', 'the opposite', 'inconclusive')
 VERDICT_RULE = (
     'Each claim is checked on the per-seed differences *b - a* of two arms trained on the same seeds: their mean '
     'and its Student-t confidence interval (95 % unless stated). The verdict is **reproduced** when the interval '
-    'lies entirely on the claimed side of 0, **the opposite** when it lies entirely on the other side, **not '
-    'reproduced** when it lies inside (-margin, +margin), the margin being the smallest effect the claim cares '
-    'about (an effect that large is then ruled out either way), and **inconclusive** otherwise: the interval spans '
-    '0 and is wider than the margin, so more seeds are needed. An interval that touches 0 is on neither side.'
+    'lies entirely on the claimed side of 0 and reaches the margin, the smallest effect the claim cares about; '
+    '**smaller than claimed** when it lies entirely on the claimed side of 0 but inside (-margin, +margin) (an effect '
+    'in the claimed direction, one as large as the margin ruled out); **the opposite** when it lies entirely on the '
+    'other side of 0; **not reproduced** when it lies inside (-margin, +margin) and touches or spans 0 (an effect as '
+    'large as the margin ruled out either way); and **inconclusive** otherwise: the interval spans 0 and is wider '
+    'than the margin, so more seeds are needed. An interval that touches 0 is on neither side, and one that touches '
+    'the margin does not rule it out.'
 )
+# the rule before "smaller than claimed" (reproduction plan revision 4): the sign was checked first, so an interval
+# on the claimed side of 0 and inside the margin read "reproduced" while it also met "not reproduced"
 _METHODS = ('t', 'bootstrap')
 _DIRECTIONS = ('increase', 'decrease')
 
@@ -173,9 +178,11 @@ class Verdict:
         return f'{self.label} ({self.agree}/{self.n} seeds agree)'
 
 
-def verdict(diff: PairedDifference, direction: str, margin: float = 0.0) -> Verdict:
+def verdict(diff: PairedDifference, direction: str, margin: float = 0.0, smaller_than_claimed: bool = True) -> Verdict:
     """The claim "b is higher" (``'increase'``) or "b is lower" (``'decrease'``) judged by :data:`VERDICT_RULE`:
-    by the interval, not by the seeds' votes, so that one lucky seed cannot decide it."""
+    by the interval, not by the seeds' votes, so that one lucky seed cannot decide it. ``smaller_than_claimed=False``
+    gives the label of the rule before that label existed: "reproduced" for every interval on the claimed side of 0,
+    however small (for comparing with verdicts given under it)."""
     if direction not in _DIRECTIONS:
         raise ValueError(f"verdict direction must be 'increase' (the claim says b > a) or 'decrease' (b < a), "
                          f'got {direction!r}')
@@ -184,11 +191,12 @@ def verdict(diff: PairedDifference, direction: str, margin: float = 0.0) -> Verd
     sign = 1.0 if direction == 'increase' else -1.0
     low, high = sorted((sign * diff.low, sign * diff.high))  # in the claim's orientation: positive = as claimed
     agree = sum(1 for d in diff.diffs if sign * d > 0)
+    inside = margin > 0 and -margin < low and high < margin
     if low > 0:
-        label = 'reproduced'
+        label = 'smaller than claimed' if smaller_than_claimed and inside else 'reproduced'
     elif high < 0:
         label = 'the opposite'
-    elif margin > 0 and -margin < low and high < margin:
+    elif inside:
         label = 'not reproduced'
     else:
         label = 'inconclusive'
