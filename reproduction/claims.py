@@ -2,12 +2,13 @@
 
 The difference is ``b - a`` per seed with its 95 % t interval (:func:`timm_ext.analysis.stats.paired_difference`);
 the verdict follows the rule fixed before the runs (:func:`timm_ext.analysis.stats.verdict`; "unchanged"
-claims by :func:`unchanged_verdict`).
+claims by :func:`unchanged_verdict`). Revision 4 added the label "smaller than claimed"; each result keeps the label
+of the rule before it too (``old_label``), which the report shows beside the new one where they differ.
 """
 from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence, Tuple
 
-from plan import CLAIMS, EXTENDED_SEEDS, Claim
+from plan import CLAIMS, EXTENDED_SEEDS, LONG_CLAIM, LONG_SEEDS, SMALLER_THAN_CLAIMED, Claim
 from run_metrics import metric_fn
 from run_results import Results
 
@@ -41,10 +42,21 @@ class ClaimResult:
     diff: PairedDifference
     label: str
     agree: int
+    old_label: str = ''  # the label by the rule before revision 4 ('' where it is the same)
 
     @property
     def n(self) -> int:
         return self.diff.n
+
+    @property
+    def before_revision_4(self) -> str:
+        return self.old_label or self.label
+
+    def verdict_text(self) -> str:
+        """The label in bold, and the one the rule before revision 4 gave where it differs: no interval reads as
+        two verdicts without saying which rule gave which."""
+        old = self.before_revision_4
+        return f'**{self.label}**' + (f' (by the rule before revision 4: {old})' if old != self.label else '')
 
 
 def _arms_of(side: Any) -> List[str]:
@@ -61,10 +73,12 @@ def evaluate(r: Results, claims: Sequence[Claim] = CLAIMS) -> List[ClaimResult]:
         diff = paired_difference(side_values(r, claim.a, claim.metric, n), side_values(r, claim.b, claim.metric, n))
         if claim.direction == 'unchanged':
             label, agree = unchanged_verdict(diff, claim.margin)
+            old = label
         else:
-            v = verdict(diff, claim.direction, claim.margin)
+            v = verdict(diff, claim.direction, claim.margin, smaller_than_claimed=SMALLER_THAN_CLAIMED)
             label, agree = v.label, v.agree
-        out.append(ClaimResult(claim, diff, label, agree))
+            old = verdict(diff, claim.direction, claim.margin, smaller_than_claimed=False).label
+        out.append(ClaimResult(claim, diff, label, agree, old if old != label else ''))
     return out
 
 
@@ -83,3 +97,17 @@ def evaluate_extended(r: Results, seeds: Dict[str, int] = EXTENDED_SEEDS) -> Lis
                              f'{", ".join(short)}; train them first (python reproduction/reproduce.py)')
         out += evaluate({a: r[a][:n] for a in arms}, [claim])
     return out
+
+
+def evaluate_long(r: Results) -> List[ClaimResult]:
+    """Revision 4: the ViT pair at 120 epochs, read once at exactly ``LONG_SEEDS`` (fixed before the runs), by the
+    rule of revision 4; nothing where the study has not run the pair, an error where it has fewer seeds."""
+    arms = [LONG_CLAIM.a, LONG_CLAIM.b]
+    if not any(a in r for a in arms):
+        return []
+    seeds = [[m['seed'] for m in r.get(a, [])] for a in arms]
+    if any(s != list(LONG_SEEDS) for s in seeds):
+        raise ValueError(f'claim {LONG_CLAIM.key} is read at seeds {LONG_SEEDS[0]}-{LONG_SEEDS[-1]} (plan revision 4) '
+                         f'but {", ".join(f"{a} has {s}" for a, s in zip(arms, seeds))}; train them first '
+                         '(python reproduction/reproduce.py)')
+    return evaluate({a: r[a] for a in arms}, [LONG_CLAIM])

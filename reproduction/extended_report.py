@@ -3,19 +3,20 @@
 Revision 3 of the plan fixed, before its runs, how many seeds each claim within reach is read at
 (``plan.EXTENDED_SEEDS``, from ``power.py`` on the 5 seeds); :func:`claims.evaluate_extended` reads them. This
 module writes what the report shows of it: the claims table's extra column, the headline, the section with the
-power table, the per-seed values and the runs' accuracy. Revision 3.1 trained the ViT arms of a new seed again at
-twice the schedule where one of their runs missed the convergence rule; each extended claim is then also shown read
-at every run's first schedule, as revision 3 first read it.
+power table, the per-seed values and the runs' accuracy. Each extended claim is read first as revision 3 registered
+it: every run at its first schedule, a run that misses the convergence rule named, not replaced (revision 4).
+Revision 3.1, decided after those verdicts, trained the ViT arms of a new seed again at twice the schedule where one
+of their runs missed the rule; its reading is shown beside, as a sensitivity reading.
 """
 from typing import Dict, List, Optional, Sequence
 
 from claims import ClaimResult
 from measure_run import tail_gain
-from plan import ARM_BY_NAME, CONVERGED_TAIL, EXTENDED_SEEDS, POWER, REACH, SEEDS, extended_seeds
+from plan import ARM_BY_NAME, CONVERGED_TAIL, EXTENDED_SEEDS, POWER, REACH, SEEDS, VIT_EPOCHS, extended_seeds
 from power import MAX_SEEDS, ClaimPower, claim_power
 from report_tables import claim_fmt, mean_sd, retrained, seed_values
 from run_metrics import metric_fn
-from run_results import Results
+from run_results import Results, first_schedules
 
 from timm_ext.analysis.stats import format_difference
 
@@ -33,13 +34,21 @@ def _needed(n: Optional[int]) -> str:
 
 
 def _reading(c: ClaimResult) -> str:
-    return f'{format_difference(c.diff, claim_fmt(c.claim), c.claim.unit)}, {c.agree}/{c.n} agree, **{c.label}**'
+    return f'{format_difference(c.diff, claim_fmt(c.claim), c.claim.unit)}, {c.agree}/{c.n} agree, {c.verdict_text()}'
 
 
-def extended_cell(key: str, five: ClaimResult, extended: Dict[str, ClaimResult], power: Dict[str, ClaimPower]) -> str:
-    """The claims table's revision-3 column: the extended reading, or why a claim got no more seeds."""
+SENSITIVITY = 'revision 3.1\'s sensitivity reading'
+
+
+def extended_cell(key: str, five: ClaimResult, extended: Dict[str, ClaimResult], power: Dict[str, ClaimPower],
+                  sensitivity: Optional[Dict[str, ClaimResult]] = None) -> str:
+    """The claims table's revision-3 column: the extended reading as registered (and revision 3.1's beside it), or
+    why a claim got no more seeds."""
     if key in extended:
-        return f'{extended[key].n} seeds: {_reading(extended[key])}'
+        again = (sensitivity or {}).get(key)
+        return (f'{extended[key].n} seeds: {_reading(extended[key])}'
+                + (f'; {SENSITIVITY}: {format_difference(again.diff, claim_fmt(again.claim), again.claim.unit)}, '
+                   f'{again.verdict_text()}' if again is not None else ''))
     if five.label != 'inconclusive':
         return 'settled at 5 seeds'
     p = power[key]
@@ -49,9 +58,11 @@ def extended_cell(key: str, five: ClaimResult, extended: Dict[str, ClaimResult],
 
 
 def headline(claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult],
-             first: Optional[Dict[str, ClaimResult]] = None) -> str:
-    """The summary after the title: the verdicts at 5 seeds, then with revision 3's readings in their place (and the
-    headline claim as first read, ``first``, where revision 3.1 trained seeds again)."""
+             sensitivity: Optional[Dict[str, ClaimResult]] = None, long: Optional[ClaimResult] = None,
+             retrained_seeds: Sequence[int] = ()) -> str:
+    """The summary after the title: the verdicts at 5 seeds, then with revision 3's readings as registered in their
+    place, then the headline claim's readings, each labelled: as registered, at 120 epochs for every seed (revision
+    4, ``long``) and revision 3.1's sensitivity reading (``sensitivity``, seeds ``retrained_seeds`` trained again)."""
     def counts(labels: Sequence[str]) -> str:
         out: Dict[str, int] = {}
         for label in labels:
@@ -65,23 +76,29 @@ def headline(claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult],
     now = [extended[c.claim.key].label if c.claim.key in extended else c.label for c in claims]
     seeds = sorted({c.n for c in extended.values()}, reverse=True)
     text += (f' With more seeds for the {len(extended)} claims that the power analysis put within reach (revision 3: '
-             f'{", ".join(map(str, seeds))} seeds, fixed before the runs): {counts(now)}.')
+             f'{", ".join(map(str, seeds))} seeds, fixed before the runs), read as registered: {counts(now)}.')
     sam = extended.get('sam_vit_top1')
     five_sam = next((c for c in claims if c.claim.key == 'sam_vit_top1'), None)
-    if sam is not None and five_sam is not None:
-        notes = [f'5 seeds: {format_difference(five_sam.diff, ".2f", " pt")}, {five_sam.label}']
-        if sam.label == 'not reproduced':
-            notes.insert(0, f'the interval lies inside ±{sam.claim.margin:g}{sam.claim.unit}: a gain that large is '
-                            'ruled out on this data')
-        was = (first or {}).get('sam_vit_top1')
-        if was is not None:
-            notes.append('every run at its first schedule, as revision 3 first read it before revision 3.1 trained the '
-                         f'seeds that missed the convergence rule again: {format_difference(was.diff, ".2f", " pt")}, '
-                         f'{was.label}')
-        text += (f' The vit-sam paper\'s headline, SAM raises the ViT\'s top-1: '
-                 f'{format_difference(sam.diff, ".2f", " pt")} over {sam.n} seeds, {sam.agree}/{sam.n} agree, '
-                 f'**{sam.label}** ({"; ".join(notes)}).')
-    return text
+    if sam is None or five_sam is None:
+        return text
+    pt = ('.2f', ' pt')
+    readings = [f'**as registered** (revision 3: {sam.n} seeds at {VIT_EPOCHS} epochs, a run that '
+                f'misses the convergence rule named, not replaced): {format_difference(sam.diff, *pt)}, '
+                f'{sam.agree}/{sam.n} agree, {sam.verdict_text()}']
+    if long is not None:
+        readings.append(f'**at 120 epochs for every seed** (revision 4, registered before its runs, a claim of its '
+                        f'own): {format_difference(long.diff, *pt)}, {long.agree}/{long.n} agree, '
+                        f'{long.verdict_text()}')
+    was = (sensitivity or {}).get('sam_vit_top1')
+    if was is not None:
+        seeds_text = (f'seeds {", ".join(map(str, retrained_seeds[:-1]))} and {retrained_seeds[-1]}'
+                      if len(retrained_seeds) > 1 else f'seed {", ".join(map(str, retrained_seeds))}')
+        readings.append(f'**{SENSITIVITY}** (decided after revision 3\'s verdicts were read, it reverses revision '
+                        f'3\'s rule: {seeds_text}, whose runs missed the rule, read at twice the schedule): '
+                        f'{format_difference(was.diff, *pt)}, {was.agree}/{was.n} agree, {was.verdict_text()}')
+    ways = {1: 'one way', 2: 'two ways', 3: 'three ways'}[len(readings)]
+    return (text + ' The vit-sam paper\'s headline, SAM raises the ViT\'s top-1 (5 seeds: '
+            f'{format_difference(five_sam.diff, *pt)}, {five_sam.label}), read {ways}: ' + '; '.join(readings) + '.')
 
 
 def _per_seed(r: Results, c: ClaimResult) -> List[str]:
@@ -109,11 +126,13 @@ def _per_seed(r: Results, c: ClaimResult) -> List[str]:
 
 def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult],
                      power: Dict[str, ClaimPower], cpu: Optional[str], img: List[str],
-                     first: Optional[Dict[str, ClaimResult]] = None) -> List[str]:
-    """The section on revision 3: the power analysis, each extended claim beside its 5-seed reading (and beside its
-    reading at every run's first schedule, ``first``, where revision 3.1 trained seeds again), the new runs."""
+                     sensitivity: Optional[Dict[str, ClaimResult]] = None) -> List[str]:
+    """The section on revision 3: the power analysis, each extended claim beside its 5-seed reading, as registered
+    (every run of ``r`` at its first schedule), and revision 3.1's sensitivity reading (``sensitivity``) where it
+    trained seeds again; the new runs, those that miss the rule named."""
     five = {c.claim.key: c for c in claims}
-    first = first or {}
+    sensitivity = sensitivity or {}
+    registered = first_schedules(r)
     lines = ['## More seeds where more seeds can settle a claim (revision 3)', '',
              f'At 5 seeds {sum(c.label == "inconclusive" for c in claims)} claims were inconclusive. For each, '
              '`reproduction/power.py` assumes the per-seed differences are normal with the mean and standard '
@@ -123,7 +142,11 @@ def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[s
              'before its runs, see its docstring) took the claims within '
              f'{REACH} seeds, fixed each one\'s number of seeds, and reads each claim once at exactly that number; '
              'both verdicts are shown, and the rule is the one above. The 5-seed effect is itself a noisy estimate, '
-             'so the real power can be lower than planned.', '',
+             'so the real power can be lower than planned. Revision 3 registered that a run that misses the '
+             'convergence rule is named, not replaced: that is the reading given first. Revision 3.1, written after '
+             'revision 3\'s verdicts were read, trained the ViT arms of a seed again at twice the schedule where one '
+             'of their runs missed the rule, reversing that; its reading is given beside, as a sensitivity reading.',
+             '',
              '| claim | 5 seeds: mean [95 % CI], verdict | P(conclusive) at 5 | seeds for a conclusive verdict | '
              'seeds for an interval beside 0 | revision 3 |', '|---|---|---|---|---|---|']
     for c in claims:
@@ -133,37 +156,39 @@ def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[s
         text = c.claim.text[:1].upper() + c.claim.text[1:]
         lines.append(f'| {text} | {format_difference(c.diff, claim_fmt(c.claim), c.claim.unit)}, {c.label} | '
                      f'{p.settle_now:.2f} | {_needed(p.settle)} | {_needed(p.exclude_zero)} | '
-                     f'{extended_cell(c.claim.key, c, extended, power)} |')
+                     f'{extended_cell(c.claim.key, c, extended, power, sensitivity)} |')
     lines.append('')
     for key, e in extended.items():
         text = e.claim.text[:1].upper() + e.claim.text[1:]
-        again = (f' Every run at its first schedule (revision 3 as first read, the runs that missed the rule '
-                 f'included): {_reading(first[key])}.' if key in first else '')
+        again = (f' {SENSITIVITY[:1].upper() + SENSITIVITY[1:]} (the seeds whose runs missed the rule read at twice '
+                 f'the schedule): {_reading(sensitivity[key])}.' if key in sensitivity else '')
         lines += [f'**{text}** ({e.claim.paper}, {e.claim.source}). 5 seeds: {_reading(five[key])}. '
-                  f'{e.n} seeds (fixed at {EXTENDED_SEEDS[key]}): {_reading(e)}.{again}', '',
-                  *[f'- {row}' for row in _per_seed(r, e)], '']
+                  f'{e.n} seeds (fixed at {EXTENDED_SEEDS[key]}), as registered: {_reading(e)}.{again}', '',
+                  *[f'- {row}' for row in _per_seed(registered, e)], '']
     lines += img
     new = [(name, seeds) for name in r for seeds in [extended_seeds(name)] if seeds]
     if new:
-        lines += ['', 'The new seeds\' runs (the study\'s settings and convergence rule; seeds 0-4 are read back from '
-                  'the earlier report, not trained again):', '',
+        lines += ['', 'The new seeds\' runs (the study\'s settings and convergence rule, each at its first schedule, '
+                  'as the registered readings read them; seeds 0-4 are read back from the earlier report, not trained '
+                  'again):', '',
                   '| arm | new seeds | top-1, last epoch | per seed | converged |', '|---|---|---|---|---|']
         for name, seeds in new:
-            ms = [m for m in r[name] if m['seed'] in seeds]
+            ms = [m for m in registered[name] if m['seed'] in seeds]
             top1 = [m['top1'] for m in ms]
             lines.append(f'| {ARM_BY_NAME[name].label} | {seeds[0]}-{seeds[-1]} | {mean_sd(top1)} % | '
                          f'{seed_values(top1)} | {sum(bool(m["converged"]) for m in ms)}/{len(ms)} |')
+        missed = [f'{name} seed {m["seed"]} (+{tail_gain(m["top1_curve"]):.1f})' for name, seeds in new
+                  for m in registered[name] if m['seed'] in seeds and not m['converged']]
+        if missed:
+            lines += ['', f'Runs that miss the convergence rule, with how many points their last '
+                      f'{CONVERGED_TAIL:.0%} of epochs gained (named, not replaced: the registered readings read them '
+                      f'as they are): {", ".join(missed)}.']
         again = [retrained(name, m) for name, seeds in new for m in r[name] if m['seed'] in seeds and 'replaced' in m]
         if again:
-            lines += ['', 'Trained again at twice the schedule (revision 3.1: every ViT arm of a new seed where one of '
-                      f'its runs missed the rule), with each run\'s gain in its last {CONVERGED_TAIL:.0%} of epochs: '
-                      f'{"; ".join(again)}. The table reads each seed at its final schedule; the replaced runs are '
-                      'kept in the cache and in measurements.json (`replaced`).']
-        missed = [f'{name} seed {m["seed"]} (+{tail_gain(m["top1_curve"]):.1f})' for name, seeds in new
-                  for m in r[name] if m['seed'] in seeds and not m['converged']]
-        if missed:
-            lines += ['', f'Runs that miss the convergence rule at their final schedule (named, not replaced): '
-                      f'{", ".join(missed)}.']
+            lines += ['', 'Trained again at twice the schedule for the sensitivity reading (revision 3.1: every ViT '
+                      f'arm of a new seed where one of its runs missed the rule), with each run\'s gain in its last '
+                      f'{CONVERGED_TAIL:.0%} of epochs: {"; ".join(again)}. Both runs of each are kept in the cache '
+                      'and in measurements.json (the first under `replaced`).']
         if cpu:
             lines += ['', cpu]
     return lines + ['']

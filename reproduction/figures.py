@@ -20,23 +20,24 @@ def _signed_rows(claims: List[ClaimResult], label=lambda c: c.claim.key):
 
 
 def draw_extended(claims: List[ClaimResult], extended: List[ClaimResult], figs: Path,
-                  first: Sequence[ClaimResult] = ()) -> List[str]:
-    """Revision 3's plot: each extended claim at 5 seeds and at its fixed number of seeds, one above the other, and
-    between them its reading at every run's first schedule (``first``) where revision 3.1 trained seeds again."""
+                  sensitivity: Sequence[ClaimResult] = (), long: Sequence[ClaimResult] = ()) -> List[str]:
+    """Revision 3's plot: each extended claim at 5 seeds, at its fixed number of seeds as registered, and below it
+    revision 3.1's sensitivity reading where it trained seeds again; revision 4's claim (``long``) last."""
     from timm_ext.analysis import plots as P
 
     if not extended:
         return []
     figs.mkdir(parents=True, exist_ok=True)
     five = {c.claim.key: c for c in claims}
-    at_first = {c.claim.key: c for c in first}
+    again = {c.claim.key: c for c in sensitivity}
     rows = []
     for e in extended:
-        for c, what in ((five[e.claim.key], ''), (at_first.get(e.claim.key), ', first schedules'), (e, '')):
+        for c, what in ((five[e.claim.key], ''), (e, ', as registered'), (again.get(e.claim.key), ', revision 3.1')):
             if c is not None:
                 rows += _signed_rows([c], lambda c, what=what: f'{c.claim.key} ({c.n} seeds{what})')
+    rows += _signed_rows(list(long), lambda c: f'{c.claim.key} ({c.n} seeds, revision 4)')
     P.plot_paired_differences(rows, figs / 'extended_claims.png',
-                              title='Each claim at 5 seeds and at its revision-3 seeds',
+                              title='Each claim at 5 seeds and at its revision-3 seeds; revision 4\'s claim last',
                               xlabel='difference / margin, signed so that the paper\'s direction is positive')
     return ['extended_claims.png']
 

@@ -28,6 +28,8 @@ from plan import (
     Arm,
 )
 
+from timm_ext.machine import cpu_name
+
 BATCH = 16  # the how-do-vits-work Hessian spectra use mini-batches of 16
 TRAIN_BATCHES = 4  # 64 training images
 VAL_BATCHES = 8  # 128 validation images (batches of 16)
@@ -148,6 +150,7 @@ def main(argv: List[str]) -> int:
     t0 = time.perf_counter()
     out = measure(run_dir, arm, seed, data_dir, full)
     out['measure_wall_s'] = round(time.perf_counter() - t0, 1)
+    out['cpu'] = cpu_name()  # the machine that trained and measured the run: the report names it per run
     tmp = run_dir / (MEASURE_FILE + '.tmp')
     tmp.write_text(json.dumps(out))
     tmp.replace(run_dir / MEASURE_FILE)

@@ -15,10 +15,23 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from claims import ClaimResult, evaluate, evaluate_extended
+from claims import ClaimResult, evaluate, evaluate_extended, evaluate_long
 from extended_report import extended_cell, extended_section, headline, powers
 from figures import STEM_LRS, draw_extended, draw_plots
-from plan import ARMS, CONVERGED_GAIN, CONVERGED_TAIL, EPOCHS, SAM_RHO, VIT_EPOCHS, Arm, extended_seeds
+from long_report import LONG_TITLE, cpu_of, long_section
+from longer_schedules import LONG_ARMS
+from plan import (
+    ARMS,
+    CONVERGED_GAIN,
+    CONVERGED_TAIL,
+    EPOCHS,
+    LONG_REUSED,
+    LONG_SEEDS,
+    SAM_RHO,
+    VIT_EPOCHS,
+    Arm,
+    extended_seeds,
+)
 from report_tables import (
     accuracy_table,
     claim_fmt,
@@ -32,7 +45,17 @@ from report_tables import (
     support_table,
 )
 from run_metrics import deep_layers, delta_pi, early_epoch, mean_over
-from run_results import Archive, Results, first_schedules, load_results, longer_runs, timing_of
+from run_results import (
+    Archive,
+    Results,
+    first_schedules,
+    in_cache,
+    load_results,
+    long_archive,
+    longer_runs,
+    timing_of,
+    unique_runs,
+)
 from why_failed import why_paragraphs
 
 from timm_ext.analysis.stats import VERDICT_RULE, format_difference, paired_difference
@@ -40,6 +63,7 @@ from timm_ext.machine import cpu_name
 
 FIGS = 'reproduction'
 PLAN_FILE = 'reproduction/plan.py'  # the pre-registration, from the repository's root
+VALIDATION_IMAGES = 359  # the digits' validation split (1,797 images, 20 %): one image is 100 / 359 points of top-1
 # v3's runs (seeds 0-4), as its report gave them: revision 3 reads them back from measurements.json, not the cache
 V3_TIMING = dict(runs=109, run_min=234.0, first='2026-11-26 20:30', last='2026-11-26 22:36')
 
@@ -79,7 +103,7 @@ def _sections(r: Results, claims: Dict[str, ClaimResult], labels: Dict[str, str]
             return ''
         text = c.claim.text[:1].upper() + c.claim.text[1:]
         return (f'{text}: {format_difference(c.diff, claim_fmt(c.claim), c.claim.unit)}, {c.agree}/{c.n} seeds '
-                f'agree: **{c.label}**.')
+                f'agree: {c.verdict_text()}.')
 
     if 'vit' in r and 'vit_sam' in r:
         add(['## vit-sam: SAM on a ViT and a ResNet, with less data', ''])
@@ -180,6 +204,32 @@ def _sections(r: Results, claims: Dict[str, ClaimResult], labels: Dict[str, str]
     return [x for x in lines if x is not None]
 
 
+def _anchor(title: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as hyphens."""
+    return ''.join(ch for ch in title.lower() if ch.isalnum() or ch in ' -').replace(' ', '-')
+
+
+def _converged_counts(r: Results, r_ext: Optional[Results], r_long: Optional[Results], seeds: Sequence[int]) -> str:
+    """How many runs meet the rule, by the study's parts: seeds 0-4, revision 3's new seeds at their first schedule,
+    revision 3.1's runs at twice the schedule and revision 4's pair."""
+    def count(ms: Sequence[Dict[str, Any]]) -> str:
+        return f'{sum(bool(m["converged"]) for m in ms)} of {len(ms)}'
+
+    main = {a.name for a in ARMS}
+    parts = [f'{count([m for k, v in r.items() if k in main for m in v])} runs at seeds '
+             f'{", ".join(map(str, seeds))} meet it (the "converged" column)']
+    new = [m for ms in (r_ext or {}).values() for m in ms if m['seed'] not in seeds]
+    if new:
+        parts.append(f'{count(first_schedules({"new": new})["new"])} at revision 3\'s new seeds, each at its first '
+                     'schedule (those that miss it are named below)')
+        again = longer_runs(new)
+        if again:
+            parts.append(f'{count(again)} of revision 3.1\'s runs at twice the schedule')
+    if r_long:
+        parts.append(f'{count([m for ms in r_long.values() for m in ms])} of revision 4\'s pair at 120 epochs')
+    return ', '.join(parts[:-1]) + (', and ' if len(parts) > 1 else '') + parts[-1]
+
+
 def _when(t: float, day: bool = True) -> str:
     """A file time as the report prints it: UTC, to the minute (the date left out with ``day=False``)."""
     return time.strftime('%Y-%m-%d %H:%M' if day else '%H:%M', time.gmtime(t))
@@ -188,7 +238,7 @@ def _when(t: float, day: bool = True) -> str:
 def _timing_text(r_all: Results) -> str:
     """Where the runs' CPU time went, from each run's recorded times; v3's runs (seeds 0-4, read back from its
     measurements.json, which did not record them) as v3's report gave them."""
-    every = [x for ms in r_all.values() for m in ms for x in (*m.get('replaced', []), m)]
+    every = unique_runs([m for ms in r_all.values() for m in ms])
     timing = timing_of(every)
     untimed = sum('timing' not in m for m in every)
     text = ''
@@ -208,40 +258,49 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
                 command: str, wall_s: float, trained: int, load: Optional[Tuple[float, float]],
                 why: Optional[List[str]] = None, extended: Sequence[ClaimResult] = (),
                 r_ext: Optional[Results] = None, archived: bool = False, ext_cpu: Optional[str] = None,
-                ext_first: Sequence[ClaimResult] = ()) -> str:
+                sensitivity: Sequence[ClaimResult] = (), long: Optional[ClaimResult] = None,
+                r_long: Optional[Results] = None) -> str:
+    """The report. ``extended``: revision 3's claims as registered (every run at its first schedule);
+    ``sensitivity``: revision 3.1's reading of them; ``long`` and ``r_long``: revision 4's pair at 120 epochs."""
     labels = {a.name: a.label for a in arms}
     ext = {c.claim.key: c for c in extended}
+    again = {c.claim.key: c for c in sensitivity}
     power = powers(claims) if extended else {}
-    r_all = {**r, **(r_ext or {})}
+    r_all = {**r, **(r_ext or {}), **(r_long or {})}
     main = {a.name for a in ARMS}
-    counts: Dict[str, int] = {}
-    for c in claims:
-        counts[c.label] = counts.get(c.label, 0) + 1
     runs = sum(len(v) for k, v in r.items() if k in main)
     conv = sum(bool(m['converged']) for k, v in r.items() if k in main for m in v)
     most = max((c.n for c in extended), default=len(seeds))
+    retrained_seeds = sorted({m['seed'] for ms in (r_ext or {}).values() for m in ms
+                              if 'replaced' in m and m['seed'] not in seeds})
     lines = [
         f'# The papers\' claims on real digits, trained to convergence, {len(seeds)} seeds'
         + (f', up to {most} where more seeds can settle a claim' if extended else '')
         + ('' if conv == runs else f' ({conv} of {runs} runs converged)'), '',
         '[Docs index](index.md) · [analysis toolkit](analysis.md) · [statistics](analysis.md#comparing-two-arms)', '',
-        headline(claims, ext, {c.claim.key: c for c in ext_first}) + ' Each row is a '
+        headline(claims, ext, again, long, retrained_seeds) + ' Each row is a '
         'paired difference over the seeds (second arm minus first, same seed), its 95 % t interval, and the verdict '
         'by the rule below'
-        + ('; the revision-3 column reads the claims within reach at the number of seeds fixed before their runs '
+        + ('; the revision-3 column reads the claims within reach at the number of seeds fixed before their runs, '
+           'as registered, with revision 3.1\'s sensitivity reading beside '
            '([below](#more-seeds-where-more-seeds-can-settle-a-claim-revision-3))' if extended else '')
+        + (f'; revision 4\'s pair at 120 epochs has [a section of its own](#{_anchor(LONG_TITLE)})' if long else '')
         + '. The last two columns are the verdicts of v2 (every arm 30 epochs, 5 seeds, the same '
         'rule) and of v1 (6 epochs, 3 seeds, "holds in every seed").',
-        '', *claims_table(claims, {c.claim.key: extended_cell(c.claim.key, c, ext, power) for c in claims}
+        '', *claims_table(claims, {c.claim.key: extended_cell(c.claim.key, c, ext, power, again) for c in claims}
                           if extended else None),
         '', f'![every claim, every seed]({FIGS}/claims.png)', '',
-        '**Verdict rule, fixed before the runs** (`reproduction/plan.py`, committed as '
-        f'{_plan_commit()}, each revision before the runs it governs, as its docstring says): {VERDICT_RULE} A '
-        'claim of no effect ("unchanged") is '
+        '**Verdict rule** (`timm_ext.analysis.stats`, whose `VERDICT_RULE` this quotes; the claims, their margins, '
+        'the convergence rule and each revision of the study live in `reproduction/plan.py`, last changed in '
+        f'{_plan_commit()}, each revision committed before the runs it governs, as its docstring says): '
+        f'{VERDICT_RULE} A claim of no effect ("unchanged") is '
         'reproduced when the interval lies inside (-margin, +margin), not reproduced when it lies beyond the margin, '
-        'and inconclusive otherwise. The margin is the smallest effect each claim cares about: 1 point of top-1 '
-        '(between 3 and 4 of the 359 validation images), 0.05 nats of entropy, 0.1 in log `lambda_max` / log APE '
-        '(about 10 %), 0.05 of NEP, 0.01 of the active share.', '',
+        'and inconclusive otherwise. The label "smaller than claimed" came with revision 4, before its runs but '
+        'after every earlier verdict was read; until then the sign was checked first, and such an interval read '
+        '"reproduced" while it also met "not reproduced". Every claim gets the new label, and the old one is shown '
+        'beside it wherever the two differ. The margin is the smallest effect each claim cares about: 1 point of '
+        f'top-1 (between 3 and 4 of the {VALIDATION_IMAGES} validation images), 0.05 nats of entropy, 0.1 in log '
+        '`lambda_max` / log APE (about 10 %), 0.05 of NEP, 0.01 of the active share.', '',
         '## Setting', '',
         'scikit-learn\'s 1,797 handwritten digits (`timm_ext.data`), 16 px: 1,438 training and 359 validation '
         'images; the 1/2 and 1/4 arms keep a stratified, nested share of the training images '
@@ -257,26 +316,36 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
         'architecture share their initial weights and data order for a seed. Measurements (`timm_ext.analysis`) '
         'use each run\'s last checkpoint and the same images for every run of a seed.', '',
         f'**Converged** means the best validation top-1 of the last {CONVERGED_TAIL:.0%} of the epochs beats the '
-        f'best before them by at most {CONVERGED_GAIN} points (2 images); {conv} of {runs} runs meet it (the '
-        '"converged" column). Top-1 is the last epoch\'s, never the best one (no selection on validation). '
+        f'best before them by at most {CONVERGED_GAIN} points (2 images); {_converged_counts(r, r_ext, r_long, seeds)}'
+        f'. One validation image is {100 / VALIDATION_IMAGES:.3f} points of top-1, so the rule\'s tolerance is 2 '
+        'images and a claim\'s 1-point margin between 3 and 4. The same validation images decide whether a run '
+        'has converged and give the top-1 the claims read (the digits have no third split): where a rule trains '
+        'a seed again because a run missed convergence (revisions 2.4 and 3.1), it acts on the images the claim '
+        'is then read on. Top-1 is the last epoch\'s, never the best one. '
         'Revision 2.1 kept this rule and doubled the ViTs\' schedule after v2, where 21 of 80 runs missed it; '
         'revision 2.2 moved the sweep\'s second learning rate from 3e-3, where 7 of 10 runs were still improving '
         'after 60 epochs (patchify all 5), to 2e-3, and revision 2.3 to 1.5e-3, after 3 of the 10 runs at 2e-3 '
         'missed it, and revision 2.4 trains a seed of that pair again at twice the schedule where one of its runs '
-        'misses it, as revision 3.1 does for the ViT arms at revision 3\'s new seeds (the plan\'s docstring says '
-        'what changed and why, each revision committed before its runs). '
+        'misses it (registered before its runs, for that pair only). Revision 3.1 did the same for the ViT arms at '
+        'revision 3\'s new seeds after revision 3\'s verdicts were read, reversing revision 3\'s registered rule '
+        '(named, not replaced): its reading is a sensitivity reading. Revision 4 trains the ViT pair at 120 epochs '
+        'for every seed and names, not replaces, a run that misses the rule. The plan\'s docstring says what changed '
+        'and why; each revision was committed before its runs. '
         + doubling_line(r), '',
         f'Regenerated by `{command}` on {time.strftime("%Y-%m-%d")}: timm {_version("timm")}, torch '
         f'{torch.__version__}, {os.cpu_count()} cores of {cpu_name()}; this invocation took {wall_s / 60:.1f} min '
         'and trained '
-        f'{trained} of the {sum(1 + len(m.get("replaced", [])) for v in r_all.values() for m in v)} runs (the others '
+        f'{trained} of the {len(unique_runs([m for v in r_all.values() for m in v]))} runs (the others '
         'came from the cache' + (' or were read back from the earlier report\'s measurements.json' if archived else '')
         + ')' + (f'; 5-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end.' if load else '.')
         + _timing_text(r_all), '',
-        *(extended_section(r_all, claims, ext, power, ext_cpu,
+        *(extended_section({**r, **(r_ext or {})}, claims, ext, power, ext_cpu,
                            [f'![each claim at 5 seeds and at its revision-3 seeds]({FIGS}/extended_claims.png)']
-                           if 'extended_claims.png' in figs else [], {c.claim.key: c for c in ext_first})
+                           if 'extended_claims.png' in figs else [], again)
           if extended else []),
+        *(long_section(r_long, long, first_schedules(r_ext or {}), ext.get('sam_vit_top1'), os.cpu_count() or 1,
+                       [x['run'] for x in longer_runs([m for ms in (r_ext or {}).values() for m in ms])])
+          if long is not None and r_long else []),
         '## Accuracy of every run', '', *accuracy_table(r, [a for a in arms if a.name in main]), '',
         *not_converged(r, [a for a in arms if a.name in main]),
         *(['Supporting runs (`reproduction/supporting_runs.py`; no verdicts): v2\'s 30-epoch schedules of the ViTs '
@@ -299,43 +368,64 @@ def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Pa
                  trained: int = 0, load: Optional[Tuple[float, float]] = None, archive: Optional[Archive] = None,
                  extended: bool = False) -> Path:
     """docs/reproduction.md, its plots and measurements.json from the cached runs in ``runs`` (and the runs of
-    ``archive`` that the cache does not hold); ``extended`` adds revision 3's claims at more seeds."""
+    ``archive`` that the cache does not hold); ``extended`` adds revision 3's claims at more seeds and revision 4's
+    pair at 120 epochs."""
     r = load_results(runs, arms, seeds, archive)
     claims = evaluate(r)
     seeds_of = {a.name: (*seeds, *extended_seeds(a.name)) for a in arms if extended and extended_seeds(a.name)}
     r_ext = load_results(runs, [a for a in arms if a.name in seeds_of], seeds, archive, seeds_of) if seeds_of else {}
-    ext = evaluate_extended(r_ext) if seeds_of else []
-    # revision 3.1: the extended claims as first read, every run at its first schedule, where seeds trained again
+    # revision 4: revision 3's claims as registered (every run at its first schedule, those that miss the rule
+    # named); revision 3.1's reading, where it trained seeds again, beside them as a sensitivity reading
+    ext = evaluate_extended(first_schedules(r_ext)) if seeds_of else []
     new = [m for ms in r_ext.values() for m in ms if m['seed'] not in seeds]
-    first = evaluate_extended(first_schedules(r_ext)) if any('replaced' in m for m in new) else []
+    sensitivity = evaluate_extended(r_ext) if any('replaced' in m for m in new) else []
+    r_long = _long_results(runs, archive) if extended else {}
+    long = evaluate_long(r_long)
     ext_cpu = _revision_cpu(new)
     figs = (draw_plots(r, claims, docs / FIGS, {a.name: a.label for a in arms})
-            + draw_extended(claims, ext, docs / FIGS, first))
+            + draw_extended(claims, ext, docs / FIGS, sensitivity, long))
     power = powers(claims) if ext else {}
-    every = {**r, **r_ext}
+    every = {**r, **r_ext, **r_long}
     (docs / FIGS / 'measurements.json').write_text(json.dumps(dict(
         seeds=list(seeds), arms={a.name: dict(model=a.model, model_kwargs=a.model_kwargs, opt=a.opt,
                                               opt_kwargs=a.opt_kwargs, lr=a.lr, fraction=a.fraction,
-                                              epochs=a.epochs, seeds=list(seeds_of.get(a.name, seeds))) for a in arms},
-        claims={c.claim.key: dict(diffs=c.diff.diffs, mean=c.diff.mean, low=c.diff.low, high=c.diff.high,
-                                  verdict=c.label, agree=c.agree, margin=c.claim.margin, direction=c.claim.direction)
+                                              epochs=a.epochs, seeds=list(seeds_of.get(a.name, seeds)))
+                                 for a in (*arms, *(LONG_ARMS if r_long else ()))},
+        claims={c.claim.key: dict(_claim_json(c), margin=c.claim.margin, direction=c.claim.direction)
                 for c in claims},
         extended_claims={c.claim.key: _claim_json(c) for c in ext},
-        extended_claims_first_schedule={c.claim.key: _claim_json(c) for c in first},
+        extended_claims_revision_3_1={c.claim.key: _claim_json(c) for c in sensitivity},
+        revision_4_claims={c.claim.key: _claim_json(c) for c in long},
         power={k: dict(seeds=p.n, mean=p.mean, sd=p.sd, settle_now=p.settle_now, settle=p.settle,
                        exclude_zero=p.exclude_zero) for k, p in power.items()},
         runs=every)))
     path = docs / 'reproduction.md'
     path.write_text(report_text(r, arms, seeds, claims, figs, command, wall_s, trained, load,
                                 why=why_paragraphs(r, {c.claim.key: c for c in claims}), extended=ext,
-                                r_ext=r_ext, archived=bool(archive), ext_cpu=ext_cpu,
-                                ext_first=first))
+                                r_ext=r_ext, archived=bool(archive), ext_cpu=ext_cpu, sensitivity=sensitivity,
+                                long=long[0] if long else None, r_long=r_long))
     return path
+
+
+def _long_results(runs: Path, archive: Optional[Archive]) -> Results:
+    """Revision 4's pair at 120 epochs, from the cache or read back (revision 3.1's reused runs included); nothing
+    where none of its runs exists yet, an error naming the first one missing where some do."""
+    keys = [(a.name, seed) for a in LONG_ARMS for seed in LONG_SEEDS]
+    own = [k for k in keys if k[1] not in LONG_REUSED]  # revision 3.1 trained the others, whatever revision 4 does
+    if not any(k in (archive or {}) or in_cache(runs, *k) for k in own):
+        return {}  # a study from before revision 4, or one that has not trained its pair yet
+    held = {**(archive or {}), **long_archive(archive or {})}
+    missing = [k for k in keys if k not in held and not in_cache(runs, *k)]
+    if missing:
+        raise ValueError(f'revision 4\'s run {missing[0][0]} seed {missing[0][1]} is neither in {runs} nor read back '
+                         f'({len(missing)} of its {len(keys)} runs missing); train them first '
+                         '(python reproduction/reproduce.py)')
+    return load_results(runs, LONG_ARMS, LONG_SEEDS, held)
 
 
 def _claim_json(c: ClaimResult) -> Dict[str, Any]:
     return dict(seeds=c.n, diffs=c.diff.diffs, mean=c.diff.mean, low=c.diff.low, high=c.diff.high, verdict=c.label,
-                agree=c.agree)
+                verdict_before_revision_4=c.before_revision_4, agree=c.agree)
 
 
 def _revision_cpu(new: Sequence[Dict[str, Any]]) -> Optional[str]:
@@ -349,5 +439,5 @@ def _revision_cpu(new: Sequence[Dict[str, Any]]) -> Optional[str]:
                          f'measuring, between {_when(t["first"])} and {_when(t["last"], False)} UTC')
     if not parts:
         return None
-    return f'{"; ".join(parts)}; on {cpu_name()} ({os.cpu_count()} cores, 2 runs at a time).'
+    return f'{"; ".join(parts)}; on {cpu_of(new)} (2 cores, 2 runs at a time).'
 

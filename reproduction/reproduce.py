@@ -162,13 +162,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     long_pair = extended and all(n in {a.name for a in arms} for n in LONG_PAIR)
     if extended:
         jobs += extended_jobs(runs, arms, args.timm_train, set(archive))
-    if long_pair:  # revision 4: the ViT pair at twice its schedule for every seed
-        archive.update(long_archive(archive))
-        jobs += long_jobs(runs, args.timm_train, set(archive))
+    if long_pair:  # revision 4: the ViT pair at twice its schedule for every seed (revision 3.1's pairs read back)
+        jobs += long_jobs(runs, args.timm_train, {*archive, *long_archive(archive)})
     # revisions 2.4 and 3.1 extend a seed's group at any seed the study trains (3.1's groups: the new seeds only)
     every_seed = sorted({*seeds, *(s for a in arms for s in (extended_seeds(a.name) if extended else ()))})
     jobs_after = [] if jobs else extension_jobs(runs, arms, every_seed, args.timm_train)
-    print_plan(jobs, arms, seeds, args.jobs, longer=jobs_after, archived=list(archive), extended=extended)
+    print_plan(jobs, arms, seeds, args.jobs, longer=jobs_after, archived=[*archive, *long_archive(archive)],
+               extended=extended)
     if args.dry_run:
         return 0
     if (jobs or jobs_after) and args.report_only:

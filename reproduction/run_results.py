@@ -89,10 +89,23 @@ def run_timing(run_dir: Path) -> Optional[Dict[str, float]]:
     return dict(start=start, end=end, cpu_s=max(0.0, trained - start) + measure)
 
 
+def unique_runs(ms: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Every run of ``ms`` once: each with the runs it replaced, a run read under two arms counted once (revision
+    4's reused runs are revision 3.1's: the same ``run`` folder)."""
+    out, seen = [], set()
+    for m in ms:
+        for x in (*m.get('replaced', []), m):
+            key = x.get('run') or (x.get('arm'), x.get('seed'), x.get('epochs'))
+            if key not in seen:
+                seen.add(key)
+                out.append({k: v for k, v in x.items() if k != 'replaced'})
+    return out
+
+
 def timing_of(ms: Sequence[Dict[str, Any]]) -> Optional[Dict[str, float]]:
-    """The runs' CPU time (minutes, one core each) and span, from each run's ``timing`` (the runs it replaced
-    included); runs without one (read back from a report that did not record it) are not counted."""
-    times = [t for m in ms for x in (*m.get('replaced', []), m) for t in [x.get('timing')] if t]
+    """The runs' CPU time (minutes, one core each) and span, from each run's ``timing``, every run once
+    (:func:`unique_runs`); runs without one (read back from a report that did not record it) are not counted."""
+    times = [t for x in unique_runs(ms) for t in [x.get('timing')] if t]
     if not times:
         return None
     return dict(runs=len(times), run_min=sum(t['cpu_s'] for t in times) / 60, first=min(t['start'] for t in times),
