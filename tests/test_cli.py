@@ -1,11 +1,11 @@
 """The ``timm-ext`` command line: wiring of every subcommand and every error message.
 
 Commands run in-process through ``timm_ext.cli.main`` (``--dry-run`` prints the command train or
-validate would run); one test runs ``python -m timm_ext`` and one (slow) trains with timm's real
-train.py and validates the checkpoint with its real validate.py. Scripts come from
-TIMM_EXT_TIMM_TRAIN (default ../shared/timm-train/v1.0.28); the network is never used.
+validate would run); one test runs ``python -m timm_ext``. Training with timm's real train.py and
+validating the checkpoint with its real validate.py, the logged top-1 given back, is
+tests/test_launch_from_run.py's. Scripts come from TIMM_EXT_TIMM_TRAIN (default
+../shared/timm-train/v1.0.28); the network is never used.
 """
-import csv
 import json
 import os
 import re
@@ -416,53 +416,3 @@ def test_convert_bad_inputs(capsys, tmp_path):
 
 class _Opaque:
     pass
-
-
-# --- the whole route: train with train.py, validate the checkpoint with validate.py ----------------
-
-def _image_folder(root: Path) -> None:
-    import numpy as np
-    from PIL import Image
-    rng = np.random.default_rng(0)
-    for split, count in (('train', 12), ('validation', 10)):
-        for cls in range(3):
-            folder = root / split / f'class{cls}'
-            folder.mkdir(parents=True)
-            for i in range(count):
-                pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
-                pixels[..., cls] = np.clip(pixels[..., cls].astype(int) + 25, 0, 255)  # a faint class signal
-                Image.fromarray(pixels).save(folder / f'{i}.png')
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not TRAIN_PY.is_file(), reason=f'timm\'s train.py not found at {TRAIN_PY} '
-                                                   f'(set TIMM_EXT_TIMM_TRAIN)')
-@pytest.mark.skipif(not _ENV and _TIMM_VERSION < (1, 0, 28), reason='the default scripts are timm v1.0.28\'s and need '
-                    'timm >= 1.0.28; set TIMM_EXT_TIMM_TRAIN to the scripts of your timm version')
-def test_checkpoint_of_train_validates_with_the_logged_top1(tmp_path):
-    _image_folder(tmp_path / 'data')
-    env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS='2', TIMM_EXT_TIMM_TRAIN=str(SCRIPTS_DIR),
-               TIMM_EXT_CACHE=str(tmp_path / 'cache'))
-    model = ['--model', 'vit_tiny_cb', '--model-kwargs', 'patch_size=4', 'depth=2', 'img_size=32', '--img-size', '32',
-             '--num-classes', '3', '--device', 'cpu', '--workers', '1', '-b', '8', '--data-dir', str(tmp_path / 'data')]
-    train = [sys.executable, '-m', 'timm_ext', 'train', *model, '--epochs', '1', '--warmup-epochs', '0',
-             '--lr', '1e-3', '--opt', 'adamw', '--output', str(tmp_path / 'out'), '--experiment', 'run',
-             '--log-interval', '100']
-    proc = subprocess.run(train, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert '--device-modules timm_ext' in proc.stderr  # the command timm-ext ran, as it printed it
-    with open(tmp_path / 'out' / 'run' / 'summary.csv') as f:
-        (logged,) = list(csv.DictReader(f))
-    if tuple(int(v) for v in torch.__version__.split('+')[0].split('.')[:2]) < (2, 5):
-        pytest.skip(f'train.py ran; timm {timm.__version__}\'s validate.py cannot load train.py\'s checkpoint with '
-                    f'torch {torch.__version__} (weights-only unpickling of argparse.Namespace needs torch >= 2.5)')
-    validate = [sys.executable, '-m', 'timm_ext', 'validate', *model, '--split', 'validation',
-                '--checkpoint', str(tmp_path / 'out' / 'run' / 'last.pth.tar'),
-                '--results-file', str(tmp_path / 'results.json'), '--results-format', 'json']
-    proc = subprocess.run(validate, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((tmp_path / 'results.json').read_text())
-    assert result['model'] == 'vit_tiny_cb'
-    # 22 of the 30 validation images (73.3 %) here: a number a model that was not loaded would hardly hit
-    assert 0 < float(logged['eval_top1']) < 100, logged
-    assert abs(result['top1'] - float(logged['eval_top1'])) < 1e-3, (result, logged)

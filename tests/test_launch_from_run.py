@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from _cli import run_cli
+from _threads import child_threads
 from conftest import require_timm_script
 
 from timm_ext.launch.from_run import RunError, RunSettings, run_checkpoint, validate_args_from_run
@@ -180,7 +181,7 @@ def _train(tmp_path: Path, data: Path) -> Path:
            '--opt', 'adamw', '--lr', '2e-3', '--epochs', '2', '--warmup-epochs', '0', '-b', '32',
            '--model-ema', '--model-ema-decay', '0.9', '--device', 'cpu', '--workers', '0',
            '--output', str(tmp_path / 'out'), '--experiment', 'run', '--log-interval', '1000']
-    env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS='2')
+    env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS=child_threads())
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return tmp_path / 'out' / 'run'
@@ -190,8 +191,8 @@ def _validate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     results = tmp_path / f'results{len(list(tmp_path.glob("results*")))}.json'
     cmd = [sys.executable, '-m', 'timm_ext', 'validate', '--timm-validate', str(VALIDATE_PY), *args,
            '--results-file', str(results), '--results-format', 'json']
-    proc = subprocess.run(cmd, env=dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS='2'), capture_output=True,
-                          text=True, timeout=600)
+    env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS=child_threads())
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     proc.result = json.loads(results.read_text()) if results.is_file() else None
     return proc
 

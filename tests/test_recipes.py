@@ -18,6 +18,7 @@ import timm
 import torch
 import yaml
 from _sam_settings_cases import BAD, GOOD, case_id, factory_error
+from _threads import child_threads
 from conftest import require_timm_script
 
 from timm_ext.optim import SAM_BASES
@@ -143,7 +144,7 @@ def _run_train(tmp_path: Path, recipe: dict, *args: str) -> subprocess.Completed
     recipe_path.write_text(yaml.safe_dump(recipe))
     env = dict(os.environ, HF_HUB_OFFLINE='1', SAM_PROBE_OUT=str(tmp_path / 'probe.json'),
                PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO), os.environ.get('PYTHONPATH', '')]),
-               OMP_NUM_THREADS='2')
+               OMP_NUM_THREADS=child_threads())
     cmd = [sys.executable, str(TRAIN_PY), '-c', str(recipe_path), '--data-dir', str(tmp_path / 'data'),
            '--model', 'test_resnet', '--num-classes', '2', '--img-size', '32', '--batch-size', '4',
            '--device', 'cpu', '--workers', '1', '--warmup-epochs', '0', '--log-interval', '1',

@@ -19,6 +19,7 @@ import pytest
 import timm
 import yaml
 from _cli import run_cli
+from _threads import child_threads
 from test_recipes import CREATED_SAM, REPO, TRAIN_PY, TRAIN_PY_TOO_NEW, make_image_folder
 
 from timm_ext.recipes import (
@@ -134,7 +135,8 @@ def _two_steps(tmp_path: Path, recipe_name: str, edit: Dict, *args: str) -> Dict
     (tmp_path / 'recipe_probe.py').write_text(PROBE)
     path = tmp_path / 'recipe.yaml'
     path.write_text(yaml.safe_dump(recipe))
-    env = dict(os.environ, HF_HUB_OFFLINE='1', RECIPE_PROBE_OUT=str(tmp_path / 'probe.json'), OMP_NUM_THREADS='2',
+    env = dict(os.environ, HF_HUB_OFFLINE='1', RECIPE_PROBE_OUT=str(tmp_path / 'probe.json'),
+               OMP_NUM_THREADS=child_threads(),
                PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO), os.environ.get('PYTHONPATH', '')]))
     cmd = [sys.executable, str(TRAIN_PY), '-c', str(path), '--data-dir', str(tmp_path / 'data'), '--device', 'cpu',
            '--epochs', '1', '--warmup-epochs', '0', '--workers', '1', '--log-interval', '1',

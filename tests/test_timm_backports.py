@@ -75,36 +75,6 @@ def test_create_loader_without_workers_under_timm_1_0_28():
     assert fixed.stdout.split('\n')[:2] == ['batches: 2 persistent: False', 'with workers persistent: True']
 
 
-def _tiny_image_folder(root: Path) -> Path:
-    from PIL import Image
-    for split in ('train', 'validation'):
-        for cls in ('a', 'b'):
-            (root / split / cls).mkdir(parents=True)
-            for i in range(2):
-                Image.new('RGB', (8, 8), color=(255 * i, 0, 0)).save(root / split / cls / f'{i}.png')
-    return root
-
-
-@pytest.mark.slow
-def test_timm_ext_train_with_no_workers_under_timm_1_0_28(tmp_path):
-    train_py = SHARED / 'v1.0.28' / 'train.py'
-    if not train_py.is_file():
-        pytest.skip(f'timm\'s train.py v1.0.28 not found at {train_py}')
-    python = venv_python('1.0.28')
-    data = _tiny_image_folder(tmp_path / 'data')
-    args = ['--timm-train', str(train_py), '--data-dir', str(data), '--model', 'test_vit', '--num-classes', '2',
-            '--img-size', '16', '-b', '2', '--workers', '0', '--epochs', '1', '--device', 'cpu',
-            '--output', str(tmp_path / 'out'), '--experiment', 'run', '--warmup-epochs', '0']
-    cli = 'import sys; from timm_ext.cli import main; sys.exit(main(sys.argv[1:]))'
-    dry = _run(python, cli, 'train', '--dry-run', *args)
-    assert dry.returncode == 0, dry.stderr[-2000:]
-    # train.py runs behind the runner that imports timm_ext (and its create_loader fix) first
-    assert dry.stdout.split()[1:5] == ['-m', 'timm_ext.cli._child', 'timm_ext', str(train_py)]
-    run = _run(python, cli, 'train', *args)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    assert (tmp_path / 'out' / 'run' / 'summary.csv').is_file()
-
-
 def _torch_load_reads_safetensors(tmp_path: Path) -> bool:
     from safetensors.torch import save_file
     save_file({'x': torch.ones(1)}, tmp_path / 'probe.safetensors')
