@@ -19,6 +19,7 @@ pytest.importorskip('scipy', reason='the reproduction study needs scipy (pip ins
 
 import claims  # noqa: E402
 import extended_report  # noqa: E402
+import long_report  # noqa: E402
 import longer_schedules  # noqa: E402
 import measure_run  # noqa: E402
 import plan  # noqa: E402
@@ -31,9 +32,9 @@ import run_results  # noqa: E402
 import study_jobs  # noqa: E402
 import supporting_runs  # noqa: E402
 
-__all__ = ['TRAIN_PY', 'claims', 'extended_report', 'fake_run', 'fake_runs', 'longer_schedules', 'measure_run', 'plan',
-           'power', 'report', 'report_tables', 'reproduce', 'run_metrics', 'run_results', 'study_jobs',
-           'supporting_runs', 'tiny_folder', 'write_run']
+__all__ = ['TRAIN_PY', 'claims', 'extended_report', 'fake_run', 'fake_runs', 'long_report', 'longer_schedules',
+           'measure_run', 'plan', 'power', 'report', 'report_tables', 'reproduce', 'run_metrics', 'run_results',
+           'study_jobs', 'supporting_runs', 'tiny_folder', 'write_run']
 
 _ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
 _SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'

@@ -47,3 +47,30 @@ def test_extended_claims_are_read_at_exactly_their_fixed_seeds(tmp_path):
                                          r'these arms have fewer: resnet \(13\); train them first'):
         claims.evaluate_extended(short)
     assert claims.evaluate_extended({'vit_cb': r['vit_cb']}) == []  # a study without the claims' arms
+
+
+def test_each_claim_keeps_the_label_the_rule_before_revision_4_gave(tmp_path):
+    r = run_results.load_results(fake_runs(tmp_path / 'runs'), plan.ARMS, [0, 1, 2])
+    for m, gain in zip(r['vit_sam'], (0.3, 0.4, 0.5)):  # SAM above AdamW by 0.3-0.5 points: inside the 1-pt margin
+        m['top1'] = r['vit'][m['seed']]['top1'] + gain
+    top1 = next(c for c in claims.evaluate(r) if c.claim.key == 'sam_vit_top1')
+    assert (top1.label, top1.before_revision_4) == ('smaller than claimed', 'reproduced')
+    assert top1.verdict_text() == '**smaller than claimed** (by the rule before revision 4: reproduced)'
+    lam = next(c for c in claims.evaluate(r) if c.claim.key == 'sam_lambda_max')
+    assert lam.old_label == '' and lam.verdict_text() == '**reproduced**'  # the same under both rules
+
+
+def test_revision_4_reads_the_pair_at_exactly_its_16_seeds(tmp_path):
+    from _reproduction import longer_schedules
+    runs = tmp_path / 'runs'
+    from _reproduction import write_run
+    for arm in longer_schedules.LONG_ARMS:
+        for seed in plan.LONG_SEEDS:
+            write_run(runs, arm, seed)
+    r = run_results.load_results(runs, longer_schedules.LONG_ARMS, list(plan.LONG_SEEDS))
+    (long,) = claims.evaluate_long(r)
+    assert long.claim is plan.LONG_CLAIM and long.n == 16 and long.diff.diffs == (2.0,) * 16
+    assert claims.evaluate_long({}) == []  # a study from before revision 4
+    with pytest.raises(ValueError, match=r'^claim sam_vit_top1_120 is read at seeds 0-15 \(plan revision 4\) but '
+                                         r'vit_x2 has \[0, 1'):
+        claims.evaluate_long({a: ms[:15] for a, ms in r.items()})

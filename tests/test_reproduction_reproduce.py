@@ -85,6 +85,9 @@ def test_default_plan_reads_the_archive_and_adds_revision_3s_seeds(tmp_path, mon
                       'for 4 claims = 37 train.py runs')
     assert out[1].endswith('60 epochs: train 10, measure only 0, cached 0, archived 6 (seeds 5-15: revision 3)')
     assert out[3].endswith('60 epochs: train 0, measure only 0, cached 0, archived 5')  # CB: seeds 0-4 only
+    # revision 4: the ViT pair at 120 epochs for all 16 seeds (no revision-3.1 run in this archive to reuse)
+    assert ('revision 4: vit_x2 / vit_sam_x2 (120 epochs) at seeds 0-15: train 32 runs, measure only 0, read back 0 '
+            'pairs; a run that misses the convergence rule is named, not trained again') in out
     assert reproduce.main(argv + ['--no-archive']) == 0  # every run trained
     assert capsys.readouterr().out.splitlines()[3].endswith('60 epochs: train 5, measure only 0, cached 0')
     archive.write_text('{}')

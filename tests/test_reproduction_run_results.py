@@ -48,3 +48,19 @@ def test_an_unreadable_archive_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r'cannot read the archived runs in .*measurements.json \(KeyError: '
                                          r"'runs'\): give the measurements.json a report wrote, or --no-archive"):
         run_results.load_archive(bad)
+
+
+def test_every_run_counts_once_and_revision_3_1s_runs_are_revision_4s_where_the_same():
+    first = dict(run='vit-s6', seed=6, timing=dict(start=0.0, end=60.0, cpu_s=60.0))
+    again = dict(run='vit_x2-s6', seed=6, timing=dict(start=100.0, end=220.0, cpu_s=120.0), replaced=[first])
+    # revision 4 reads revision 3.1's run of seed 6 under its own arm: the same folder, counted once
+    runs = run_results.unique_runs([again, dict(again), {k: v for k, v in again.items() if k != 'replaced'}])
+    assert [m['run'] for m in runs] == ['vit-s6', 'vit_x2-s6'] and all('replaced' not in m for m in runs)
+    assert run_results.timing_of([again, dict(again)])['run_min'] == 3.0  # 1 + 2 minutes, not 1 + 2 + 1 + 2
+    archive = {('vit', 6): again, ('vit_sam', 6): dict(again, run='vit_sam_x2-s6'), ('vit', 7): dict(run='vit-s7'),
+               ('vit', 12): dict(run='vit-s12', seed=12)}  # seed 12 never trained again: nothing to reuse
+    long = run_results.long_archive(archive)
+    assert set(long) == {('vit_x2', 6), ('vit_sam_x2', 6)} and 'replaced' not in long['vit_x2', 6]
+    assert long['vit_x2', 6]['run'] == 'vit_x2-s6'
+    # a report that holds revision 4's runs gives them back as they are
+    assert run_results.long_archive({('vit_x2', 3): dict(run='vit_x2-s3')}) == {('vit_x2', 3): dict(run='vit_x2-s3')}

@@ -50,6 +50,18 @@ def test_archived_runs_are_not_trained_again_and_revision_3_goes_seed_by_seed(tm
     assert len(jobs) == 2 * 11 - 1 and jobs[-1].key == 'vit_sam-s15' and all(j.trains for j in jobs)
 
 
+def test_revision_4_trains_the_pair_at_120_epochs_for_every_seed_but_the_reused_ones(tmp_path, monkeypatch):
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    reused = {(a.name, s) for a in longer_schedules.LONG_ARMS for s in plan.LONG_REUSED}
+    jobs = study_jobs.long_jobs(tmp_path / 'runs', str(TRAIN_PY), reused)
+    assert len(jobs) == 26 and [j.key for j in jobs][:3] == ['vit_x2-s0', 'vit_sam_x2-s0', 'vit_x2-s1']
+    assert not any(j.seed in plan.LONG_REUSED for j in jobs) and all(j.trains for j in jobs)
+    argv = jobs[1].commands[0]
+    assert argv[argv.index('--epochs') + 1] == '120' and argv[argv.index('--opt') + 1] == 'samadamw'
+    assert argv[argv.index('--experiment') + 1] == 'vit_sam_x2-s0'
+
+
 def test_run_jobs_runs_each_jobs_commands_in_order_and_names_the_failed_ones(tmp_path):
     arm = plan.ARM_BY_NAME['vit']
     ok_dir, bad_dir = tmp_path / 'runs' / 'vit-s0', tmp_path / 'runs' / 'vit-s1'
