@@ -20,7 +20,7 @@ from run_results import Results, first_schedules
 
 from timm_ext.analysis.stats import format_difference
 
-__all__ = ['extended_cell', 'extended_section', 'headline', 'powers']
+__all__ = ['extended_cell', 'extended_section', 'headline', 'powers', 'reading']
 
 
 def powers(claims: Sequence[ClaimResult]) -> Dict[str, ClaimPower]:
@@ -33,7 +33,8 @@ def _needed(n: Optional[int]) -> str:
     return f'over {MAX_SEEDS}' if n is None else str(n)
 
 
-def _reading(c: ClaimResult) -> str:
+def reading(c: ClaimResult) -> str:
+    """A reading as the report gives it: mean [interval], seeds that agree, the label (and the old one beside)."""
     return f'{format_difference(c.diff, claim_fmt(c.claim), c.claim.unit)}, {c.agree}/{c.n} agree, {c.verdict_text()}'
 
 
@@ -46,7 +47,7 @@ def extended_cell(key: str, five: ClaimResult, extended: Dict[str, ClaimResult],
     why a claim got no more seeds."""
     if key in extended:
         again = (sensitivity or {}).get(key)
-        return (f'{extended[key].n} seeds: {_reading(extended[key])}'
+        return (f'{extended[key].n} seeds: {reading(extended[key])}'
                 + (f'; {SENSITIVITY}: {format_difference(again.diff, claim_fmt(again.claim), again.claim.unit)}, '
                    f'{again.verdict_text()}' if again is not None else ''))
     if five.label != 'inconclusive':
@@ -161,9 +162,9 @@ def extended_section(r: Results, claims: Sequence[ClaimResult], extended: Dict[s
     for key, e in extended.items():
         text = e.claim.text[:1].upper() + e.claim.text[1:]
         again = (f' {SENSITIVITY[:1].upper() + SENSITIVITY[1:]} (the seeds whose runs missed the rule read at twice '
-                 f'the schedule): {_reading(sensitivity[key])}.' if key in sensitivity else '')
-        lines += [f'**{text}** ({e.claim.paper}, {e.claim.source}). 5 seeds: {_reading(five[key])}. '
-                  f'{e.n} seeds (fixed at {EXTENDED_SEEDS[key]}), as registered: {_reading(e)}.{again}', '',
+                 f'the schedule): {reading(sensitivity[key])}.' if key in sensitivity else '')
+        lines += [f'**{text}** ({e.claim.paper}, {e.claim.source}). 5 seeds: {reading(five[key])}. '
+                  f'{e.n} seeds (fixed at {EXTENDED_SEEDS[key]}), as registered: {reading(e)}.{again}', '',
                   *[f'- {row}' for row in _per_seed(registered, e)], '']
     lines += img
     new = [(name, seeds) for name in r for seeds in [extended_seeds(name)] if seeds]

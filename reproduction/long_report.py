@@ -10,6 +10,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from claims import ClaimResult
+from extended_report import reading
 from longer_schedules import LONG_ARMS
 from measure_run import tail_gain
 from plan import CONVERGED_TAIL, LONG_PAIR, VIT_EPOCHS
@@ -30,10 +31,6 @@ def cpu_of(runs: Sequence[Dict[str, Any]]) -> str:
     the one the earlier reports named."""
     names = sorted({m.get('cpu') or EARLIER_CPU for m in runs})
     return ' and '.join(names)
-
-
-def _reading(c: ClaimResult) -> str:
-    return (f'{format_difference(c.diff, ".2f", " pt")}, {c.agree}/{c.n} agree, {c.verdict_text()}')
 
 
 def long_section(r_long: Results, long: ClaimResult, registered: Optional[Dict[str, List[Dict[str, Any]]]],
@@ -61,8 +58,8 @@ def long_section(r_long: Results, long: ClaimResult, registered: Optional[Dict[s
                 f'All {len(trained)} runs were trained for revision 4. ')
              + 'A run that misses the convergence rule is named, not replaced.', '',
              f'**{long.claim.text[:1].upper() + long.claim.text[1:]}** ({long.claim.paper}, {long.claim.source}). '
-             f'{long.n} seeds: {_reading(long)}.'
-             + (f' As registered at {VIT_EPOCHS} epochs (revision 3): {_reading(headline)}.' if headline else ''), '']
+             f'{long.n} seeds: {reading(long)}.'
+             + (f' As registered at {VIT_EPOCHS} epochs (revision 3): {reading(headline)}.' if headline else ''), '']
     for name in (a, b):
         top1 = [m['top1'] for m in r_long[name]]
         lines.append(f'- {labels[name]}: {mean_sd(top1)} ({seed_values(top1)})')
