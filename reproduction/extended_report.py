@@ -98,8 +98,22 @@ def headline(claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult],
                         f'3\'s rule: {seeds_text}, whose runs missed the rule, read at twice the schedule): '
                         f'{format_difference(was.diff, *pt)}, {was.agree}/{was.n} agree, {was.verdict_text()}')
     ways = {1: 'one way', 2: 'two ways', 3: 'three ways'}[len(readings)]
+    every = list(claims) + list(extended.values()) + list((sensitivity or {}).values()) + ([long] if long else [])
     return (text + ' The vit-sam paper\'s headline, SAM raises the ViT\'s top-1 (5 seeds: '
-            f'{format_difference(five_sam.diff, *pt)}, {five_sam.label}), read {ways}: ' + '; '.join(readings) + '.')
+            f'{format_difference(five_sam.diff, *pt)}, {five_sam.label}), read {ways}: ' + '; '.join(readings) + '. '
+            + old_rule_sentence(every))
+
+
+def old_rule_sentence(readings: Sequence[ClaimResult]) -> str:
+    """How many of the report's readings the rule before revision 4 (no "smaller than claimed") labels otherwise:
+    the new label is given beside the old one for each of those, so this says where to look, or that none differ."""
+    differ = [c for c in readings if c.before_revision_4 != c.label]
+    if not differ:
+        return (f'By the rule before revision 4, which had no "smaller than claimed", each of the report\'s '
+                f'{len(readings)} readings of a claim gets the same label: none lies on the claimed side of 0 inside '
+                f'the margin.')
+    return (f'By the rule before revision 4, which had no "smaller than claimed", {len(differ)} of the report\'s '
+            f'{len(readings)} readings of a claim get another label, given beside the new one.')
 
 
 def _per_seed(r: Results, c: ClaimResult) -> List[str]:

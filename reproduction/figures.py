@@ -37,7 +37,7 @@ def draw_extended(claims: List[ClaimResult], extended: List[ClaimResult], figs: 
                 rows += _signed_rows([c], lambda c, what=what: f'{c.claim.key} ({c.n} seeds{what})')
     rows += _signed_rows(list(long), lambda c: f'{c.claim.key} ({c.n} seeds, revision 4)')
     P.plot_paired_differences(rows, figs / 'extended_claims.png',
-                              title='Each claim at 5 seeds and at its revision-3 seeds; revision 4\'s claim last',
+                              title='Each claim at 5 seeds and at its revision-3 seeds;\nrevision 4\'s claim last',
                               xlabel='difference / margin, signed so that the paper\'s direction is positive')
     return ['extended_claims.png']
 

@@ -164,6 +164,29 @@ _CONVSTEM_AT_32 = ('AssertionError: Input height 32 does not match the model img
                    'with this img_size or dynamic_img_size=True.')
 
 
+def test_a_model_is_built_and_run_on_the_meta_device_once_for_many_checks(monkeypatch):
+    """Checking many commands of one model (every recipe at its paper's batch, then on a laptop) builds it once and
+    runs each size once; other kwargs build another; only the last few built are kept."""
+    from timm_ext.launch import input_size
+
+    builds, forwards = [], []
+    build, run = input_size._build_meta_model, input_size._run_forward
+    monkeypatch.setattr(input_size, '_BUILT', {})
+    monkeypatch.setattr(input_size, '_build_meta_model', lambda m, kw: builds.append(m) or build(m, kw))
+    monkeypatch.setattr(input_size, '_run_forward', lambda m, size: forwards.append(size) or run(m, size))
+    tiny = dict(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2)
+    a = input_size.meta_model('vit_tiny_cb', tiny)
+    assert input_size.meta_model('vit_tiny_cb', dict(reversed(tiny.items()))) is a and builds == ['vit_tiny_cb']
+    assert input_size._forward_error(a, (3, 32, 32)) is None and input_size._forward_error(a, (3, 32, 32)) is None
+    assert input_size._forward_error(a, (3, 48, 48)).startswith('AssertionError: Input height (48)')
+    assert forwards == [(3, 32, 32), (3, 48, 48)]
+    assert input_size.meta_model('vit_tiny_cb', {**tiny, 'num_classes': 7}).num_classes == 7 and len(builds) == 2
+    assert input_size.meta_model('no_such_model', {}) is None
+    for depth in range(2, 2 + input_size._KEEP_BUILT):
+        input_size.meta_model('vit_tiny_cb', {**tiny, 'depth': depth})
+    assert len(input_size._BUILT) == input_size._KEEP_BUILT and input_size.meta_model('vit_tiny_cb', tiny) is not a
+
+
 def test_an_input_size_a_vit_cannot_take(capsys, tiny, tmp_path):
     """The command a user types: a ViT built for 224 px at --img-size 32 is refused before train.py builds the model
     and the data (where it would stop at its first batch), with the fixes, each of them tried; and nothing is made."""

@@ -39,6 +39,11 @@ def test_cells_and_headline_give_the_registered_reading_first_and_the_others_lab
             'registered** (revision 3: 16 seeds at 60 epochs, a run that misses the convergence rule named, not '
             'replaced): +0.58 pt [+0.37 pt, +0.78 pt], 15/16 agree, **smaller than claimed** (by the rule before '
             'revision 4: reproduced).') in text
+    assert text.endswith(' By the rule before revision 4, which had no "smaller than claimed", 1 of the report\'s 5 '
+                         'readings of a claim get another label, given beside the new one.')
+    assert extended_report.old_rule_sentence(list(five.values())) == (
+        'By the rule before revision 4, which had no "smaller than claimed", each of the report\'s 4 readings of a '
+        'claim gets the same label: none lies on the claimed side of 0 inside the margin.')
     # revision 3.1 trained seeds 6, 12, 14 again (a sensitivity reading), revision 4 the pair at 120 epochs
     sensitivity = {'sam_vit_top1': _claim('sam_vit_top1', [-0.28, 1.39, 0.28, 1.39, 0.28] + [0.0] * 11)}
     long = _claim('sam_vit_top1_120', [1.4, 1.2] * 8)
@@ -49,7 +54,8 @@ def test_cells_and_headline_give_the_registered_reading_first_and_the_others_lab
             'runs, a claim of its own): +1.30 pt [+1.24 pt, +1.36 pt], 16/16 agree, **reproduced**; **revision 3.1\'s '
             'sensitivity reading** (decided after revision 3\'s verdicts were read, it reverses revision 3\'s rule: '
             'seeds 6, 12 and 14, whose runs missed the rule, read at twice the schedule): +0.19 pt [-0.07 pt, '
-            '+0.45 pt], 4/16 agree, **not reproduced**.') in text
+            '+0.45 pt], 4/16 agree, **not reproduced**. By the rule before revision 4') in text
+    assert '1 of the report\'s 7 readings of a claim get another label' in text
     cell = extended_report.extended_cell('sam_vit_top1', five['sam_vit_top1'], ext, power, sensitivity)
     assert cell.endswith('; revision 3.1\'s sensitivity reading: +0.19 pt [-0.07 pt, +0.45 pt], **not reproduced**')
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Compatibility lane: `bash .ci/lanes/timm_release.sh VERSION MAIN_VENV`.
 # timm==VERSION in a virtualenv over MAIN_VENV's packages (the same torch, timm-ext from this clone), with that
-# release's own train.py and validate.py from ../shared: `timm-ext doctor`, `timm-ext demo --quick`, then the
-# project's whole suite but its slow tests (`-m "not slow"`; the newest-timm lane runs those) with that release's
-# scripts. A skip that would hide the release (a script not found or not of this timm, a test that needs another
-# timm) fails the lane; the skips of a CPU machine (CUDA, an accelerator, inductor's opt-in) are listed and allowed.
+# release's own train.py and validate.py from ../shared: `timm-ext doctor`, `timm-ext demo --quick` (unless
+# TIMM_EXT_LANE_DEMO=0), then the project's whole suite but its slow tests (`-m "not slow"`; the newest-timm lane
+# runs those) with that release's scripts. A skip that would hide the release (a script not found or not of this
+# timm, a test that needs another timm) fails the lane; the skips of a CPU machine (CUDA, an accelerator,
+# inductor's opt-in) are listed and allowed.
 # Then, with this timm still in the lane's virtualenv, timm's own tests/test_optim.py of this release
 # (.ci/lanes/timm_optim.sh, which times itself).
 set -euo pipefail
@@ -31,8 +32,10 @@ TIMM_EXT_CACHE="$(mktemp -d)"
 export TIMM_EXT_CACHE HF_HUB_OFFLINE=1
 echo "+ timm-ext doctor --timm-train $scripts"
 "$py" -m timm_ext doctor --timm-train "$scripts"
-echo "+ timm-ext demo --quick --no-progress --timm-train $scripts"
-"$py" -m timm_ext demo --quick --no-progress --timm-train "$scripts" --output "$(mktemp -d)/demo"
+if [ "${TIMM_EXT_LANE_DEMO:-1}" = 1 ]; then
+  echo "+ timm-ext demo --quick --no-progress --timm-train $scripts"
+  "$py" -m timm_ext demo --quick --no-progress --timm-train "$scripts" --output "$(mktemp -d)/demo"
+fi
 log="$(mktemp)"
 TIMM_EXT_TIMM_TRAIN="$scripts/train.py" "$py" -m pytest tests -q -rs -p no:cacheprovider -m "not slow" \
   -n "${TIMM_EXT_CI_WORKERS:-auto}" | tee "$log"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Wheel lane: `bash .ci/lanes/wheel_floor.sh MAIN_VENV`.
 # Build the sdist and wheel (python -m build), check them (twine check --strict, .ci/check_wheel.py), then install
-# the wheel as a user of an index would (no clone, no -e) into a fresh virtualenv at the floor of everything
-# pyproject admits: Python 3.10, torch 2.4.1, torchvision 0.19.1, timm 1.0.23. There, from a folder outside the
+# the wheel as a user of an index would (no clone, no -e) into a fresh virtualenv that holds the floor of everything
+# pyproject admits: Python 3.10, torch 2.4.1, torchvision 0.19.1, timm 1.0.23 (.ci/lanes/floor_venv.sh). There, from a folder outside the
 # clone: doctor, recipes list, the quick demo (with train.py, then with no network and no train.py: the built-in
 # loop, whose summary.csv must equal train.py's), export and reload of its checkpoint through timm's local-dir:,
 # the SAM patch of train.py v1.0.22 (the packaged diffs), then the model contract, SAM through train.py and the
@@ -28,23 +28,14 @@ ls "$dist"
 "$main_venv/bin/twine" check --strict "$dist"/*
 "$main_venv/bin/python" .ci/check_wheel.py "$dist"
 
-python310="${TIMM_EXT_CI_PYTHON310:-}"
-if [ -z "$python310" ]; then
-  for candidate in "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.10.*/bin/python3.10 /usr/bin/python3.10; do
-    if [ -x "$candidate" ]; then python310="$candidate"; fi
-  done
+# the virtualenv with the floor's torch, torchvision and timm: made by .ci/run beside its first install
+# (TIMM_EXT_CI_FLOOR_READY=1), else here
+floor="$repo/.ci/.venv-floor"
+if [ "${TIMM_EXT_CI_FLOOR_READY:-0}" != 1 ]; then
+  bash "$repo/.ci/lanes/floor_venv.sh" "$floor"
 fi
-if [ -z "$python310" ]; then
-  echo 'wheel lane: no Python 3.10 found (the lowest Python pyproject admits); set TIMM_EXT_CI_PYTHON310' >&2
-  exit 1
-fi
-floor=".ci/.venv-floor"
-rm -rf "$floor"
-"$python310" -m venv "$floor"
-floor="$repo/$floor"
 wheel=$(ls "$dist"/*.whl)
-"$floor/bin/python" -m pip install --quiet --upgrade pip
-"$floor/bin/python" -m pip install --quiet "$wheel[demo]" torch==2.4.1 torchvision==0.19.1 timm==1.0.23 pytest pytest-xdist
+"$floor/bin/python" -m pip install --quiet "$wheel[demo]" torch==2.4.1 torchvision==0.19.1 timm==1.0.23
 "$floor/bin/python" -W ignore -c "import sys, timm, torch; print(f'lane: Python {sys.version.split()[0]}, torch {torch.__version__}, timm {timm.__version__}')"
 
 work="$(mktemp -d)"

@@ -9,14 +9,33 @@ and run the same way first, so it names only fixes that work. Called by
 """
 import argparse
 import warnings
+import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ['input_size_problems', 'meta_model', 'train_model_kwargs']
 
+# A meta build and forward take about 0.3 s on a CPU (each op through torch's Python reference kernels); the checks
+# of one command that build the same model (the size check, the class count), or many commands of one model (a
+# recipe at its paper's batch and on a laptop), build and run it once while it is among the last few built. Meta
+# models hold no memory, only their modules.
+_BUILT: Dict[Tuple[str, str], Any] = {}
+_KEEP_BUILT = 8
+_FORWARD_ERRORS: 'weakref.WeakKeyDictionary[Any, Dict[Tuple[int, ...], Optional[str]]]' = weakref.WeakKeyDictionary()
+
 
 def meta_model(model: str, kwargs: Dict[str, Any]) -> Any:
     """``timm.create_model(model, **kwargs)`` on the meta device, in eval mode (nothing allocated, no weights read);
-    None when it cannot be built: an unknown model or bad kwargs, which train.py reports itself."""
+    None when it cannot be built: an unknown model or bad kwargs, which train.py reports itself. The last few built
+    are kept and given again for the same name and kwargs."""
+    key = (model, repr(sorted(kwargs.items())))
+    if key not in _BUILT:
+        while len(_BUILT) >= _KEEP_BUILT:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = _build_meta_model(model, kwargs)
+    return _BUILT[key]
+
+
+def _build_meta_model(model: str, kwargs: Dict[str, Any]) -> Any:
     import timm
     import torch
 
@@ -31,7 +50,14 @@ def meta_model(model: str, kwargs: Dict[str, Any]) -> Any:
 
 def _forward_error(model: Any, size: Tuple[int, ...]) -> Optional[str]:
     """Why ``model`` (on the meta device) cannot run a batch of one ``size`` (C, H, W) image, in one line (the
-    error's type alone when its text is long); None when it can."""
+    error's type alone when its text is long); None when it can. Run once per model and size."""
+    errors = _FORWARD_ERRORS.setdefault(model, {})
+    if size not in errors:
+        errors[size] = _run_forward(model, size)
+    return errors[size]
+
+
+def _run_forward(model: Any, size: Tuple[int, ...]) -> Optional[str]:
     import torch
 
     try:
