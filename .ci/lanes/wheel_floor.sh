@@ -3,10 +3,10 @@
 # Build the sdist and wheel (python -m build), check them (twine check --strict, .ci/check_wheel.py), then install
 # the wheel as a user of an index would (no clone, no -e) into a fresh virtualenv that holds the floor of everything
 # pyproject admits: Python 3.10, torch 2.4.1, torchvision 0.19.1, timm 1.0.23 (.ci/lanes/floor_venv.sh). There,
-# from a folder outside the clone: doctor, recipes list, the quick demo (with train.py, then with no network and no train.py: the built-in
-# loop, whose summary.csv must equal train.py's), export and reload of its checkpoint through timm's local-dir:,
-# the SAM patch of train.py v1.0.22 (the packaged diffs), then the model contract, SAM through train.py and the
-# version checks. Skips are listed (torch 2.4 has known ones, docs/compatibility.md) and allowed.
+# from a folder outside the clone: doctor, recipes list, the quick demo (with train.py, then with no network and no
+# train.py: the built-in loop, whose summary.csv must equal train.py's), export and reload of its checkpoint through
+# timm's local-dir:, the SAM patch of train.py v1.0.22 (the packaged diffs), then the model contract, SAM through
+# train.py and the version checks. Skips are listed (torch 2.4 has known ones, docs/compatibility.md) and allowed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo="$PWD"
