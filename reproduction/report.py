@@ -398,7 +398,7 @@ def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Pa
         revision_4_claims={c.claim.key: _claim_json(c) for c in long},
         power={k: dict(seeds=p.n, mean=p.mean, sd=p.sd, settle_now=p.settle_now, settle=p.settle,
                        exclude_zero=p.exclude_zero) for k, p in power.items()},
-        runs=every)))
+        runs=machine_neutral(every))))
     path = docs / 'reproduction.md'
     path.write_text(report_text(r, arms, seeds, claims, figs, command, wall_s, trained, load,
                                 why=why_paragraphs(r, {c.claim.key: c for c in claims}), extended=ext,
@@ -421,6 +421,26 @@ def _long_results(runs: Path, archive: Optional[Archive]) -> Results:
                          f'({len(missing)} of its {len(keys)} runs missing); train them first '
                          '(python reproduction/reproduce.py)')
     return load_results(runs, LONG_ARMS, LONG_SEEDS, held)
+
+
+def machine_neutral(results: Results) -> Results:
+    """The runs as measurements.json keeps them, without the folders of the machine that trained them: each run's
+    ``train_args`` (its ``args.yaml``) names its output folder ``<runs>`` and its data folder ``<data>/NAME``
+    (``reproduce.py --runs`` and the timm-ext cache's digits there); every other value is train.py's own."""
+    def neutral(m: Dict[str, Any]) -> Dict[str, Any]:
+        m = dict(m)
+        if isinstance(m.get('train_args'), dict):
+            args = dict(m['train_args'])
+            if args.get('output'):
+                args['output'] = '<runs>'
+            if args.get('data_dir'):
+                args['data_dir'] = f'<data>/{Path(str(args["data_dir"])).name}'
+            m['train_args'] = args
+        if m.get('replaced'):
+            m['replaced'] = [neutral(r) for r in m['replaced']]
+        return m
+
+    return {arm: [neutral(m) for m in ms] for arm, ms in results.items()}
 
 
 def _claim_json(c: ClaimResult) -> Dict[str, Any]:

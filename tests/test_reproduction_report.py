@@ -166,3 +166,14 @@ def test_report_reads_the_registered_runs_first_3_1_beside_them_and_revision_4_o
     assert saved['revision_4_claims']['sam_vit_top1_120']['verdict'] == 'smaller than claimed'
     assert saved['revision_4_claims']['sam_vit_top1_120']['verdict_before_revision_4'] == 'reproduced'
     assert [m['seed'] for m in saved['runs']['vit_sam_x2']] == list(plan.LONG_SEEDS)
+
+
+def test_measurements_json_names_no_folder_of_the_machine_that_trained_the_runs():
+    runs = {'vit_x2': [{'run': 'vit_x2-s0', 'top1': 97.0, 'train_args': {
+        'output': '/home/me/runs', 'data_dir': '/home/me/.cache/timm-ext/data/digits_16px_val0.2_seed0', 'seed': 0},
+        'replaced': [{'run': 'vit_x2-s0', 'train_args': {'output': '/tmp/r', 'data_dir': '/tmp/d/x', 'lr': 0.001}}]}]}
+    saved = report.machine_neutral(runs)
+    assert saved['vit_x2'][0]['train_args'] == {'output': '<runs>', 'data_dir': '<data>/digits_16px_val0.2_seed0',
+                                                'seed': 0}
+    assert saved['vit_x2'][0]['replaced'][0]['train_args'] == {'output': '<runs>', 'data_dir': '<data>/x', 'lr': 0.001}
+    assert runs['vit_x2'][0]['train_args']['output'] == '/home/me/runs'  # the loaded runs are left as they are
