@@ -18,6 +18,7 @@ import timm
 import torch
 import yaml
 from _cli import run_cli
+from _threads import same_threads
 from _timm_venvs import venv_python
 
 import timm_ext  # noqa: F401  (registers the models)
@@ -643,7 +644,9 @@ def test_roundtrip_every_family_under_timm_1_0_28(tmp_path):
             out = _export(model, tmp_path / 'new' / name)
             size = json.loads((out / 'config.json').read_text())['pretrained_cfg']['input_size']
             torch.save(_outputs(model, size), tmp_path / 'new' / f'{name}.pt')
-    env = dict(os.environ, HF_HUB_OFFLINE='1', HF_HUB_CACHE=str(tmp_path / 'hub'), OMP_NUM_THREADS='2',
+    # the child computes on this process's thread count: its outputs are compared bit for bit with ours, and float
+    # sums split over another number of threads may add in another order (tests/_threads.py)
+    env = dict(os.environ, HF_HUB_OFFLINE='1', HF_HUB_CACHE=str(tmp_path / 'hub'), OMP_NUM_THREADS=same_threads(),
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get('PYTHONPATH', '')]), **{AUTOTUNE_ENV: '0'})
     (tmp_path / 'hub').mkdir()
     proc = subprocess.run([str(python), '-c', _OLD_TIMM_SCRIPT, json.dumps(FAMILIES), str(tmp_path), SHA], env=env,

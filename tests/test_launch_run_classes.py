@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List
 import pytest
 import torch
 from _cli import run_cli
+from _threads import same_threads
 from conftest import require_timm_script
 
 from timm_ext.launch.run_classes import folder_classes, write_class_map
@@ -212,7 +213,10 @@ def test_validate_py_scores_a_subset_against_the_runs_indices(tmp_path, validate
         [sys.executable, '-m', 'timm_ext', 'validate', '--timm-validate', str(VALIDATE_PY), '--checkpoint',
          str(_run(tmp_path, model)), '--data-dir', str(tmp_path / 'val'), '--results-file', str(results),
          '--results-format', 'json', '--workers', '0'],
-        env=dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS='1'), capture_output=True, text=True, timeout=300)
+        # the reference above ran on this process's threads: the child too (tests/_threads.py), or float sums in
+        # another order could flip a near tie of this random backbone's argmax
+        env=dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS=same_threads()), capture_output=True, text=True,
+        timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'holds 5 of the run\'s 10 classes (5, 6, 7, 8, 9): mapped to the run\'s indices by name' in proc.stderr
     assert abs(json.loads(results.read_text())['top1'] - reference) < 1e-3, (reference, proc.stdout[-2000:])
