@@ -11,7 +11,7 @@ import argparse
 
 import timm
 import torch
-from timing import inference_step, interleaved_median_seconds, train_step
+from timing import imagenet_batch, inference_step, interleaved_median_seconds, train_step
 
 import timm_ext  # noqa: F401
 
@@ -26,9 +26,7 @@ def main() -> None:
     parser.add_argument('--device', default='cpu')
     args = parser.parse_args()
     device = torch.device(args.device)
-    torch.manual_seed(0)
-    x = torch.randn(args.batch_size, 3, 224, 224, device=device)
-    y = torch.randint(0, 1000, (args.batch_size,), device=device)
+    x, y = imagenet_batch(args.batch_size, device)
     print(f'device={device} threads={torch.get_num_threads()} batch={args.batch_size} reps={args.reps}')
     print(f'{"model":<18} {"base":<22} {"train img/s":>14} {"ratio":>6} {"A/A":>6} '
           f'{"infer img/s":>14} {"ratio":>6} {"A/A":>6}')

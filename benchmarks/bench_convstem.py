@@ -11,7 +11,7 @@ import argparse
 
 import timm
 import torch
-from timing import interleaved_median_seconds, train_step
+from timing import imagenet_batch, interleaved_median_seconds, train_step
 from torch.utils.flop_counter import FlopCounterMode
 
 import timm_ext  # noqa: F401
@@ -40,9 +40,7 @@ def main() -> None:
     parser.add_argument('--device', default='cpu')
     args = parser.parse_args()
     device = torch.device(args.device)
-    torch.manual_seed(0)
-    x = torch.randn(args.batch_size, 3, 224, 224, device=device)
-    y = torch.randint(0, 1000, (args.batch_size,), device=device)
+    x, y = imagenet_batch(args.batch_size, device)
     print(f'device={device} threads={torch.get_num_threads()} batch={args.batch_size} reps={args.reps} img=224')
     print(f'{"model":<20} {"params":>12} {"GMACs":>7} {"train img/s":>12}   '
           f'{"vs base":<22} {"params":>12} {"GMACs":>7} {"train img/s":>12} {"ratio":>6} {"dGMACs":>7}')

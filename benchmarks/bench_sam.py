@@ -11,13 +11,16 @@ step), and davda54/sam's algorithm as that repository runs it (the norm of the p
 column times what the two differ in, their own work, alone: ``first_step()`` + ``second_step()`` of each from the
 same gradients, the forward-backward passes left out (whose times, the same for both, hold most of a step's noise).
 
+The last line: SAM / davda54 on a tiny MLP where Python overhead dominates, both in davda54/sam's own loop
+(``step(closure)`` after the caller's backward), in a process that imported lightning and accelerate.
+
     python benchmarks/bench_sam.py [--models vit_small_patch16_224 resnet50] [--batch-size 2] [--repeats 7]
 """
 import argparse
 import copy
 import statistics
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import timm
 import torch
@@ -85,6 +88,17 @@ class Davda54SAM:
             p.sub_(e_w)
         self.base.step()
 
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor]) -> None:
+        """davda54/sam's ``step(closure)``: the caller's backward came first; the closure runs at w + e."""
+        self.first_step()
+        with torch.enable_grad():
+            closure()
+        self.second_step()
+
+    def zero_grad(self) -> None:
+        self.base.zero_grad()
+
 
 def _bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -124,21 +138,17 @@ def bench_model(name: str, batch_size: int, repeats: int, warmup: int) -> Dict[s
         sam.step()
         sam.zero_grad()
 
-    def loop_step():
-        tasks[2](x, y)['loss'].backward()
-        loop.first_step()
-        tasks[2](x, y)['loss'].backward()
-        loop.second_step()
-        loop_base.zero_grad()
+    def two_steps(task: nn.Module, sam_like: Any, base: torch.optim.Optimizer) -> Callable[[], None]:
+        """A reference's update: backward at w, first_step(), backward at w + e, second_step()."""
+        def step():
+            for half in (sam_like.first_step, sam_like.second_step):
+                task(x, y)['loss'].backward()
+                half()
+            base.zero_grad()
+        return step
 
-    def davda_step():
-        tasks[3](x, y)['loss'].backward()
-        davda.first_step()
-        tasks[3](x, y)['loss'].backward()
-        davda.second_step()
-        davda_base.zero_grad()
-
-    steps = {'adamw': base_step, 'sam': sam_step, 'loop_sam': loop_step, 'davda54': davda_step}
+    steps = {'adamw': base_step, 'sam': sam_step, 'loop_sam': two_steps(tasks[2], loop, loop_base),
+             'davda54': two_steps(tasks[3], davda, davda_base)}
     for fn in steps.values():
         for _ in range(warmup):
             fn()
@@ -191,12 +201,71 @@ def _own_work(sam_model: nn.Module, sam: torch.optim.Optimizer, davda_model: nn.
     return statistics.median(times['sam'][2:]) / statistics.median(times['davda54'][2:])  # two warm-up rounds
 
 
+def bench_tiny_mlp(repeats: int, warmup: int, steps: int = 200) -> Dict[str, float]:
+    """SAM / davda54 where Python overhead dominates: a 32-64-10 MLP, batch 8, one thread, ``steps`` updates per
+    timed run, both driven by davda54/sam's own loop (``loss.backward(); optimizer.step(closure);
+    optimizer.zero_grad()``, the closure back-propagating at w + e). lightning and accelerate are imported first,
+    as any Lightning or Hugging Face script has them."""
+    import importlib
+    import importlib.util
+
+    import torch.nn.functional as F
+    for framework in ('lightning', 'accelerate'):
+        if importlib.util.find_spec(framework) is not None:
+            importlib.import_module(framework)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 10))]
+    models.append(copy.deepcopy(models[0]))
+    x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
+    sam = create_optimizer_v2(models[0], 'samsgd', lr=0.1, rho=0.05)
+    davda = Davda54SAM(models[1], torch.optim.SGD(models[1].parameters(), lr=0.1))
+    optimizers = {'sam': (models[0], sam), 'davda54': (models[1], davda)}
+    if importlib.util.find_spec('pytorch_optimizer') is not None:  # davda54/sam's class, as pytorch-optimizer ships it
+        from pytorch_optimizer import SAM as PortedSAM
+        models.append(copy.deepcopy(models[0]))
+        optimizers['ported'] = (models[2], PortedSAM(models[2].parameters(), torch.optim.SGD, rho=0.05, lr=0.1))
+
+    def loop(model: nn.Module, optimizer: Any) -> Callable[[], None]:
+        def closure():
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+
+        def run():
+            for _ in range(steps):
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step(closure)
+                optimizer.zero_grad()
+        return run
+
+    runs = {key: loop(model, optimizer) for key, (model, optimizer) in optimizers.items()}
+    try:
+        for _ in range(warmup):
+            for run in runs.values():
+                run()
+        times: Dict[str, List[float]] = {k: [] for k in runs}
+        for _ in range(repeats):  # interleaved
+            for key, run in runs.items():
+                times[key].append(_time(run)[0])
+    finally:
+        torch.set_num_threads(threads)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    out = dict(sam_us=1e6 * med['sam'] / steps, davda_us=1e6 * med['davda54'] / steps,
+               davda_ratio=med['sam'] / med['davda54'])
+    if 'ported' in med:
+        out.update(ported_us=1e6 * med['ported'] / steps, ported_ratio=med['sam'] / med['ported'])
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--models', nargs='+', default=['vit_small_patch16_224', 'resnet50'])
+    parser.add_argument('--models', nargs='*', default=['vit_small_patch16_224', 'resnet50'])
     parser.add_argument('--batch-size', type=int, default=2)
     parser.add_argument('--repeats', type=int, default=7)
     parser.add_argument('--warmup', type=int, default=2)
+    parser.add_argument('--no-tiny-mlp', action='store_true', help='leave out the tiny MLP row')
     args = parser.parse_args()
     print(f'torch {torch.__version__}, timm {timm.__version__}, CPU threads {torch.get_num_threads()}, '
           f'batch {args.batch_size}, median of {args.repeats} interleaved repeats (wall-clock and process CPU time)')
@@ -211,6 +280,14 @@ def main() -> None:
               f'{r["loop_ratio"]:>16.3f}{r["sam_ratio_cpu"]:>20.3f}{r["loop_ratio_cpu"]:>21.3f}'
               f'{r["sam_extra_mem"]:>22.3f}{r["davda_ratio"]:>13.3f}{r["davda_ratio_cpu"]:>22.3f}'
               f'{r["own_ratio"]:>22.3f}')
+    if not args.no_tiny_mlp:
+        r = bench_tiny_mlp(args.repeats, args.warmup)
+        print(f'tiny MLP 32-64-10, batch 8, 1 thread, lightning and accelerate imported, davda54\'s loop: SAM '
+              f'{r["sam_us"]:.0f} us, davda54\'s algorithm above {r["davda_us"]:.0f} us per update, SAM/davda54 '
+              f'{r["davda_ratio"]:.3f}')
+        if 'ported_ratio' in r:
+            print(f'  davda54/sam\'s SAM class as pytorch-optimizer ships it: {r["ported_us"]:.0f} us per update, '
+                  f'SAM/it {r["ported_ratio"]:.3f}')
 
 
 if __name__ == '__main__':

@@ -5,7 +5,7 @@ by one script means what the same ratio means in another (``gpu_report.py`` reus
 """
 import statistics
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Tuple
 
 import torch
 
@@ -40,6 +40,13 @@ def interleaved_median_seconds(fns: Dict[str, Callable[[], None]], device: torch
             sync(device)
             times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def imagenet_batch(batch_size: int, device: torch.device, size: int = 224) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A seeded batch of ``batch_size`` random 3 x ``size`` x ``size`` images and ImageNet labels on ``device``."""
+    torch.manual_seed(0)
+    x = torch.randn(batch_size, 3, size, size, device=device)
+    return x, torch.randint(0, 1000, (batch_size,), device=device)
 
 
 def train_step(

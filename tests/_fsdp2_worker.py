@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from _sam_reference import closure  # tests/ is this script's folder
 from torch.distributed.fsdp import fully_shard
 
 from timm_ext.optim import GSAM, SAM, LookSAM
@@ -42,14 +43,7 @@ def optimizer_for(name, model, **overrides):
 
 def train(model, opt, data, part=lambda t: t):
     for x, y in data:
-        xs, ys = part(x), part(y)
-
-        def closure(xs=xs, ys=ys):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(xs), ys)
-            loss.backward()
-            return loss
-        opt.step(closure)
+        opt.step(closure(model, opt, part(x), part(y)))
 
 
 def full_weights(model):

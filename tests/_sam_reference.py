@@ -79,6 +79,18 @@ def closure(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
     return fn
 
 
+def replayed_step_draws_nothing(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+                                y: torch.Tensor) -> bool:
+    """One step over a timm task replayed (``replay_timm_task``): the random state after it is the one the first
+    pass left, i.e. SAM's second pass consumed no randomness of the run."""
+    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
+    replay_timm_task(opt, task)
+    task(x, y)['loss'].backward()
+    after_first_pass = torch.get_rng_state()
+    opt.step()
+    return torch.equal(torch.get_rng_state(), after_first_pass)
+
+
 def drive(model: nn.Module, opt: torch.optim.Optimizer, data: Sequence[Batch], route: str,
           make_closure: Optional[Callable] = None) -> None:
     """Train on ``data`` through one route: ``closure`` (``step(closure)``), ``explicit`` (first/second step

@@ -170,23 +170,24 @@ def test_every_official_key_converts_and_loads_strictly(kind):
     torch.testing.assert_close(model.stages[1].blocks[0].downsample.conv.weight, official['layer2.0.shortcut.0.weight'])
 
 
-def test_converted_model_matches_the_official_forward_cifar():
-    official = _random_official('cifar')
-    model = _model('cifar')
+def _assert_converted_forward_matches(kind: str, shape: tuple, ws: int) -> None:
+    """A random official checkpoint, converted: the timm-ext model's forward equals the official one's."""
+    official = _random_official(kind)
+    model = _model(kind)
     model.load_state_dict(convert_official_alternet(official, model))
-    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        torch.testing.assert_close(model(x), _official_forward(official, x, imagenet=False, ws=4), rtol=1e-4, atol=1e-4)
+        expected = _official_forward(official, x, imagenet=kind == 'imagenet', ws=ws)
+        torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_converted_model_matches_the_official_forward_cifar():
+    _assert_converted_forward_matches('cifar', (2, 3, 32, 32), ws=4)
 
 
 @pytest.mark.slow
 def test_converted_model_matches_the_official_forward_imagenet():
-    official = _random_official('imagenet')
-    model = _model('imagenet')
-    model.load_state_dict(convert_official_alternet(official, model))
-    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(model(x), _official_forward(official, x, imagenet=True, ws=7), rtol=1e-4, atol=1e-4)
+    _assert_converted_forward_matches('imagenet', (1, 3, 224, 224), ws=7)
 
 
 def test_official_checkpoint_file_loads_through_create_model(tmp_path):

@@ -15,6 +15,7 @@ pytest.importorskip('accelerate', reason='the Accelerate integration tests need 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from _sam_reference import at, batches, flat, mlp, spawn_gloo  # noqa: E402
+from _sam_reference import closure as closure_of  # noqa: E402
 from accelerate import Accelerator, DataLoaderConfiguration  # noqa: E402
 from accelerate.optimizer import AcceleratedOptimizer  # noqa: E402
 from accelerate.state import AcceleratorState, GradientState  # noqa: E402
@@ -426,12 +427,7 @@ def _sam_clipped(clip_mode, clip_grad):
     model = mlp()
     opt = _sam(model, clip_grad=clip_grad, clip_mode=clip_mode)
     for x, y in _loader(8):
-        def closure(x=x, y=y):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            return loss
-        opt.step(closure)
+        opt.step(closure_of(model, opt, x, y))
     return _weights(model)
 
 

@@ -37,7 +37,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
 import timm_ext  # noqa: F401  (registers samadamw)
-from timm_ext.optim.rng import RngState
+from timm_ext.optim import sam as sam_module
 
 BACKENDS = [
     'aot_eager',
@@ -81,7 +81,8 @@ def _train(opt: str, backend: Optional[str], rho: float = RHO, fallback_random: 
            restore_rng: bool = True) -> Run:
     """STEPS steps of ``opt`` through ``optimizer.step(closure)`` on a fresh ViT, compiled with ``backend``
     (None: eager) in a fresh Dynamo; the same batch and random seed every run. ``restore_rng=False``: the
-    negative control, a SAM whose second pass draws new masks (SAM's random-state restore made a no-op)."""
+    negative control, a SAM whose second pass draws new masks (SAM's fork of the generators around the first pass
+    made a no-op)."""
     torch._dynamo.reset()
     counters.clear()
     model = _vit()
@@ -93,7 +94,8 @@ def _train(opt: str, backend: Optional[str], rho: float = RHO, fallback_random: 
     x, y = torch.randn(4, 3, 32, 32, generator=gen), torch.randint(0, 10, (4,), generator=gen)
     forwards = 0
     torch.manual_seed(1)
-    no_restore = mock.patch.object(RngState, 'restored', lambda self: contextlib.nullcontext())
+    # SAM runs the first pass in a fork of the generators (the second then draws the same masks): no fork, new masks
+    no_restore = mock.patch.object(sam_module, 'fork_rng', lambda devices: contextlib.nullcontext())
     with inductor_config.patch(fallback_random=fallback_random), (contextlib.nullcontext() if restore_rng
                                                                    else no_restore):
         for _ in range(STEPS):

@@ -261,35 +261,44 @@ def test_16_mixed_plugin_is_refused_in_one_line_before_any_update():
     untouched_after_refusal(Classifier(), FP16, plugins=[MixedPrecision('16-mixed', 'cpu')])
 
 
+class _Trainer:
+    """Stands for a Trainer whose strategy holds ``precision_plugin`` (a DeepSpeed strategy needs deepspeed)."""
+
+    def __init__(self, precision_plugin):
+        self.precision_plugin = precision_plugin
+
+
+def _attached(precision_plugin) -> Classifier:
+    module = Classifier()
+    module.trainer = _Trainer(precision_plugin)
+    return module
+
+
 def test_no_closure_outside_lightning_plugins_is_not_refused():
-    sam = create_optimizer_v2(mlp(), 'samadamw', lr=LR)
-    assert lightning_problem(None, sam) is None  # no Lightning plugin is calling (timm's train.py replays)
-    seen = []
-
-    class Probe:  # stands for SAM inside bf16's MixedPrecision.optimizer_step (no scaler: it passes the closure)
-        def step(self, closure=None, **kwargs):
-            seen.append(lightning_problem(None, sam))
-
-    MixedPrecision('bf16-mixed', 'cpu').optimizer_step(Probe(), model=Classifier(), closure=lambda: None)
-    assert seen == [None]
+    """Asked only where SAM has nothing to replay, the check names a Lightning setting from the trainer of SAM's
+    model: none for a model that is no LightningModule (timm's train.py replays), for one not attached to a
+    Trainer, or for a plugin that passes SAM the closure (bf16: no GradScaler)."""
+    assert lightning_problem(None, create_optimizer_v2(mlp(), 'samadamw', lr=LR)) is None
+    assert lightning_problem(None, create_optimizer_v2(Classifier(), 'samadamw', lr=LR)) is None
+    bf16 = create_optimizer_v2(_attached(MixedPrecision('bf16-mixed', 'cpu')), 'samadamw', lr=LR)
+    assert lightning_problem(None, bf16) is None
+    fp16 = create_optimizer_v2(_attached(MixedPrecision('16-mixed', 'cpu')), 'samadamw', lr=LR)
+    assert lightning_problem(None, fp16) == FP16
 
 
 def test_deepspeed_refused_from_its_plugin():
-    """DeepSpeed runs the closure inside DeepSpeedPrecision.optimizer_step and steps its engine without it (the
-    engine is not needed to see the check: the probe closure runs inside that frame)."""
-    sam = create_optimizer_v2(mlp(), 'samadamw', lr=LR)
-    seen = []
-
-    class Stop(Exception):
-        pass
-
-    def probe():
-        seen.append(lightning_problem(None, sam))
-        raise Stop
-
-    with pytest.raises(Stop):
-        DeepSpeedPrecision('32-true').optimizer_step(sam, model=Classifier(), closure=probe)
-    assert seen == [DEEPSPEED] and '\n' not in DEEPSPEED
+    """DeepSpeed runs the closure inside DeepSpeedPrecision.optimizer_step and steps its engine without it: SAM's
+    step() finds nothing to replay and names the setting from its model's trainer, before any weight moves."""
+    module = _attached(DeepSpeedPrecision('32-true'))
+    sam = create_optimizer_v2(module, 'samadamw', lr=LR)
+    assert lightning_problem(None, sam) == DEEPSPEED and '\n' not in DEEPSPEED
+    w0 = flat(module.parameters()).detach().clone()
+    x, y = batch(4)
+    F.cross_entropy(module.net(x), y).backward()
+    with pytest.raises(ValueError) as info:
+        sam.step()  # what the engine calls
+    assert str(info.value) == DEEPSPEED
+    assert torch.equal(flat(module.parameters()).detach(), w0)
 
 
 # ---- 5. gradient clipping ------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def main():
     task_call = TrainingTask.__call__
     model = torch.nn.Linear(4, 2)
     sam = create_optimizer_v2(model, 'samadamw', lr=1e-3)
-    replay = sam.driver.replay
+    replay = sam.replay
     state = replay.state is RecorderState.WAITING if replay is not None else None
     print(replay is not None, state, TrainingTask.__call__ is not task_call)
 
@@ -81,7 +81,7 @@ if __name__ == '__main__':
 
 @pytest.mark.parametrize('script, expected', [
     ('train.py', 'True True True'),  # opted in: replay_timm_task(sam) waits for train.py's task
-    ('my_loop.py', 'False None False'),  # elsewhere nothing is opted in: sam.driver.replay stays None
+    ('my_loop.py', 'False None False'),  # elsewhere nothing is opted in: sam.replay stays None
 ])
 def test_sam_from_the_factory_replays_the_task_only_in_train_py(tmp_path, script, expected):
     path = tmp_path / script

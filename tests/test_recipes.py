@@ -94,7 +94,7 @@ def step(self, closure=None, grad_scaler=None, no_sync=None):
     if _done or closure is not None:
         return _step(self, closure, grad_scaler, no_sync)
     _done.append(1)
-    replay = self.driver.replay  # train_py_hooks opted SAM in (replay_timm_task)
+    replay = self.replay  # train_py_hooks opted SAM in (replay_timm_task)
     task, calls = replay.task, list(replay.calls)
     # timm >= 1.0.24 names the trainable module; timm 1.0.23's task holds it as .model
     model = task.get_trainable_module() if hasattr(task, 'get_trainable_module') else task.model

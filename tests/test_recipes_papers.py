@@ -257,13 +257,20 @@ def _assert_deit_regime(seen: Dict) -> None:
     assert seen['criterion'] == 'SoftTargetCrossEntropy'
 
 
+def _deit_regime_steps(tmp_path, recipe):
+    """Two train.py steps of an ImageNet ``recipe`` on 32 px images of 2 classes, batch 4, one process (no repeated
+    aug); the DeiT regime checked. Returns what the run saw."""
+    make_image_folder(tmp_path / 'data')
+    seen = _two_steps(tmp_path, recipe, {}, '--img-size', '32', '--batch-size', '4', '--num-classes', '2',
+                      '--aug-repeats', '0', '--model-kwargs', 'img_size=32')
+    _assert_deit_regime(seen)
+    return seen
+
+
 @_marks
 def test_context_broadcasting_imagenet_recipe_runs_in_the_deit_regime(tmp_path):
     """CB ViT-S (Table 5): AdamW at 1e-3 per 1024 images, linearly scaled. One process: no repeated aug."""
-    make_image_folder(tmp_path / 'data')
-    seen = _two_steps(tmp_path, 'context-broadcasting/imagenet/vit_small_cb', {}, '--img-size', '32',
-                      '--batch-size', '4', '--num-classes', '2', '--aug-repeats', '0', '--model-kwargs', 'img_size=32')
-    _assert_deit_regime(seen)
+    seen = _deit_regime_steps(tmp_path, 'context-broadcasting/imagenet/vit_small_cb')
     opt = seen['optimizer']
     assert (opt['name'], opt['weight_decay'], opt['betas']) == ('AdamW', 0.05, [0.9, 0.999])
     assert abs(opt['lr'] - 1e-3 * 4 / 1024) < 1e-12  # lr_base 1e-3 at 1024, linear: batch 4 here
@@ -272,10 +279,7 @@ def test_context_broadcasting_imagenet_recipe_runs_in_the_deit_regime(tmp_path):
 @_marks
 def test_scaled_relu_imagenet_recipe_runs_sam_on_the_conv_stem(tmp_path):
     """Scaled-ReLU Table 1, conv stem + SAM at lr 1e-3 (DeiT's lr per 512 images): SAM around AdamW."""
-    make_image_folder(tmp_path / 'data')
-    seen = _two_steps(tmp_path, 'scaled-relu/imagenet/deit_small_conv_sam_lr1e-3', {}, '--img-size', '32',
-                      '--batch-size', '4', '--num-classes', '2', '--aug-repeats', '0', '--model-kwargs', 'img_size=32')
-    _assert_deit_regime(seen)
+    seen = _deit_regime_steps(tmp_path, 'scaled-relu/imagenet/deit_small_conv_sam_lr1e-3')
     opt = seen['optimizer']
     assert (opt['name'], opt['base'], opt['weight_decay']) == ('SAM', 'AdamW', 0.05)
     assert abs(opt['lr'] - 1e-3 * 4 / 512) < 1e-12 and seen['sam_rho'] == [0.05]

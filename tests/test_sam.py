@@ -14,6 +14,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _sam_reference import closure as closure_of
+from _sam_reference import replayed_step_draws_nothing
 from timm.models.vision_transformer import VisionTransformer
 from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
@@ -323,12 +325,7 @@ def test_random_state_after_a_step_is_as_without_the_second_pass():
     """The replay consumes no randomness: what the run draws next does not depend on SAM's second pass."""
     model, (x, y) = _dropout_vit(), _image_batches(n=1)[0]
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.3, model=model)
-    task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
-    replay_timm_task(opt, task)
-    task(x, y)['loss'].backward()
-    after_first_pass = torch.get_rng_state()
-    opt.step()
-    assert torch.equal(torch.get_rng_state(), after_first_pass)
+    assert replayed_step_draws_nothing(model, opt, x, y)
 
 
 # ---- nothing held across steps -------------------------------------------------------------------------
@@ -486,7 +483,7 @@ def test_copy_and_pickle_continue_identically(copier):
     assert all(p is q for p, q in zip(opt2.param_groups[0]['params'], model2.parameters()))
     assert (opt2.settings.clip_grad, opt2.param_groups[0]['rho'], opt2.param_groups[0]['adaptive']) == (1.0, 0.2, True)
     # a copy watches for no task (building or copying a SAM leaves timm's TrainingTask alone): opt in again
-    assert opt2.driver.replay is None and not _watching() and TrainingTask.__call__ is _TASK_CALL
+    assert opt2.replay is None and not _watching() and TrainingTask.__call__ is _TASK_CALL
     model3, opt3 = copy.deepcopy((model, opt))  # deepcopy shares the hook function: a copied hook would fire
     _train_closure_steps(model3, opt3, seed=5)
     assert fired == [opt, opt]  # copies have none of the original's hooks
@@ -521,14 +518,7 @@ def test_unknown_model_warns_once_naming_model_and_set_model():
 
 def _closure_loop(forward, opt, steps=3):
     for i in range(steps):
-        x, y = _batch(seed=i)
-
-        def closure(x=x, y=y):
-            opt.zero_grad()
-            loss = F.cross_entropy(forward(x), y)
-            loss.backward()
-            return loss
-        opt.step(closure)
+        opt.step(closure_of(forward, opt, *_batch(seed=i)))
 
 
 @pytest.mark.filterwarnings('default:SAM does not know the model')
@@ -564,13 +554,13 @@ def test_unknown_model_warns_only_where_the_closure_may_move_buffers():
 def test_building_a_sam_leaves_timm_alone_and_replay_timm_task_opts_in():
     model = _mlp()
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.1)
-    assert opt.driver.replay is None and not _watching() and TrainingTask.__call__ is _TASK_CALL
+    assert opt.replay is None and not _watching() and TrainingTask.__call__ is _TASK_CALL
     replay_timm_task(opt)  # no task: wait for the first called task that owns the parameters
     assert _watching() and TrainingTask.__call__ is not _TASK_CALL
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     task(*_batch())['loss'].backward()
     assert not _watching() and TrainingTask.__call__ is _TASK_CALL  # found: the class is restored
-    assert opt.driver.replay.task is task and opt.model is model  # the task's trainable module became SAM's model
+    assert opt.replay.task is task and opt.model is model  # the task's trainable module became SAM's model
     opt.step()
 
 
@@ -588,7 +578,7 @@ def test_replay_timm_task_refuses_what_it_cannot_replay_in_one_line():
     assert '\n' not in str(raised.value)
     with pytest.raises(ValueError, match=r'^replay_timm_task: task must be a timm.task.TrainingTask .*got str$'):
         replay_timm_task(opt, 'task')
-    assert opt.driver.replay is None and not _watching() and opt.model is None  # nothing attached, nothing patched
+    assert opt.replay is None and not _watching() and opt.model is None  # nothing attached, nothing patched
     other(*_batch())['loss'].backward()
     assert not other._forward_pre_hooks  # and no hook left on the refused task
 
@@ -818,7 +808,7 @@ def test_grad_scaler_skips_overflow_step_restores_weights_and_backs_off(inf_at, 
         # (train.py unscaled before its clip, so SAM's scale starts at GradScaler's 2 ** 16: the next ratio is
         # 2 ** 15 / 2 ** 12)
         assert scale == 2.0 ** 12 and grad_sums[3] / grad_sums[2] == pytest.approx(2.0 ** 15 / 2.0 ** 12, rel=0.2)
-        second = opt.driver.second_pass.scaler  # a torch GradScaler of SAM's own
+        second = opt.second_pass.scaler  # a torch GradScaler of SAM's own
         assert isinstance(second, torch.amp.GradScaler) and second.get_scale() == 2.0 ** 15
     else:
         assert scale == 2.0 ** 11
@@ -853,7 +843,7 @@ def test_attribute_contract_second_pass_runs_on_a_grad_scaler_of_sams_own(train_
     for step in range(4):
         scaler(task(x, y)['loss'], opt, clip_grad=train_clip, parameters=model.parameters())
         opt.zero_grad()
-        second = opt.driver.second_pass.scaler
+        second = opt.second_pass.scaler
         if step == 0:
             assert isinstance(second, torch.amp.GradScaler)
             assert all(torch.equal(p, q) for p, q in zip(w0, model.parameters()))  # skipped, restored at w
@@ -905,7 +895,7 @@ def _fp16_resumable(batches, state=None, drop=()):
         scaler(task(x, y)['loss'], opt, clip_grad=1.0, parameters=model.parameters())
         opt.zero_grad()
     return dict(model=copy.deepcopy(model.state_dict()), opt=copy.deepcopy(opt.state_dict()),
-                scaler=scaler.state_dict(), second=opt.driver.second_pass.scaler.get_scale())
+                scaler=scaler.state_dict(), second=opt.second_pass.scaler.get_scale())
 
 
 def test_a_resumed_fp16_run_continues_with_its_second_pass_scale():
@@ -932,7 +922,7 @@ def test_a_bad_second_pass_scaler_entry_is_refused_before_anything_loads():
                                          r'"scale"\), got second_pass_scaler=\{\'growth_factor\': 2.0\} in the '
                                          r'loaded state dict$'):
         opt.load_state_dict(sd)
-    assert opt.driver.second_pass.state_dict() is None
+    assert opt.second_pass.state_dict() is None
 
 
 # ---- state_dict / resume / schedulers / EMA -------------------------------------------------------
@@ -1290,11 +1280,11 @@ def test_ddp_two_gloo_processes():
 @pytest.mark.parametrize('missing', ['none', 'get_total_norm'])
 def test_sam_without_torch_apis_newer_than_the_floor(missing, monkeypatch):
     """torch.nn.utils.get_total_norm arrived in torch 2.6; on 2.4 and 2.5 SAM sums the same norms itself."""
-    from timm_ext.optim import sharded
+    from timm_ext.optim import sam_functional
     if missing == 'get_total_norm':
-        monkeypatch.setattr(sharded, 'HAS_GET_TOTAL_NORM', False)
+        monkeypatch.setattr(sam_functional, 'HAS_GET_TOTAL_NORM', False)
     tensors = [torch.randn(3, 4), torch.randn(5)]
-    torch.testing.assert_close(sharded.total_norm(tensors), _flat(tensors).norm())
+    torch.testing.assert_close(sam_functional.total_norm(tensors), _flat(tensors).norm())
 
     x, y = _batch()
     model = _mlp(bn=True)

@@ -144,7 +144,7 @@ def test_closure_or_explicit_use_closes_the_recorder():
     assert _watching()
     opt.step(lambda: F.cross_entropy(model(x), y).backward())
     assert _no_sam_alive() and not _call_is_held(task)
-    assert opt.driver.replay.state is RecorderState.CLOSED
+    assert opt.replay.state is RecorderState.CLOSED
     opt2 = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     replay_timm_task(opt2)
     assert _watching()
@@ -187,12 +187,12 @@ def test_building_a_sam_leaves_timm_untouched_and_step_asks_for_replay_timm_task
     model = _model()
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = _BUILDERS[build](model)
-    assert not _watching() and _class_untouched() and opt.driver.replay is None
+    assert not _watching() and _class_untouched() and opt.replay is None
     assert _no_global_module_hooks()
     forwards = _forwards(model)
     w0 = [p.detach().clone() for p in model.parameters()]
     task(*_batch())['loss'].backward()
-    assert not _watching() and _class_untouched() and opt.driver.replay is None  # a call binds nothing
+    assert not _watching() and _class_untouched() and opt.replay is None  # a call binds nothing
     with pytest.raises(RuntimeError, match=r'replay_timm_task'):
         opt.step()
     assert forwards == [8] and all(torch.equal(a, p) for a, p in zip(w0, model.parameters()))
@@ -204,7 +204,7 @@ def test_a_given_task_binds_at_once_without_wrapping_the_class():
     task = ClassificationTask(model, nn.CrossEntropyLoss(), verbose=False)
     opt = SAM(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
     replay_timm_task(opt, task)
-    assert opt.driver.replay.state is RecorderState.BOUND and opt.driver.replay.task is task  # before any call
+    assert opt.replay.state is RecorderState.BOUND and opt.replay.task is task  # before any call
     assert not _watching() and _class_untouched() and _no_global_module_hooks()
     forwards = _forwards(model)
     w0 = [p.detach().clone() for p in model.parameters()]
@@ -218,7 +218,7 @@ def test_a_given_task_binds_at_once_without_wrapping_the_class():
     opt2 = SAM(torch.optim.SGD(_model().parameters(), lr=0.1))
     with pytest.raises(ValueError, match=r'holds none of the optimizer\'s parameters'):
         replay_timm_task(opt2, other)
-    assert opt2.driver.replay is None and not _watching() and not _call_is_held(other)
+    assert opt2.replay is None and not _watching() and not _call_is_held(other)
 
 
 @pytest.mark.parametrize('given', [False, True], ids=['found', 'given'])

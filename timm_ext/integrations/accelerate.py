@@ -13,19 +13,20 @@ Hugging Face Accelerate wraps the optimizer given to ``accelerator.prepare`` in 
 * ``mixed_precision='fp16'`` on a device with a ``GradScaler``: the closure scales its loss with the scaler's
   scale, while ``GradScaler.step`` hands SAM a scale and an inf check made before the closure ran.
 
-Only a ``step`` called by an ``AcceleratedOptimizer`` is checked (found among the callers' frames), so a closure
-loop that Accelerate does not drive is never refused, whatever an earlier ``Accelerator`` of the process left
-in Accelerate's process-wide ``GradientState``. Accelerate is never imported here: the check reads
-``sys.modules``, so it finds an ``AcceleratedOptimizer`` only in a process that has imported Accelerate.
+The check is asked once per kind of closure a SAM is stepped with, never on every step, and it reads no frame:
+it finds the ``AcceleratedOptimizer`` that holds this SAM among the objects that refer to it (``gc.get_referrers``:
+Accelerate's ``prepare`` made it, and keeps the SAM as its ``optimizer``), and reads that wrapper's own settings.
+So a closure loop over a SAM that Accelerate never wrapped is never refused, whatever an earlier ``Accelerator`` of
+the process left in Accelerate's process-wide ``GradientState``. Accelerate is never imported here: the check reads
+``sys.modules``, so it looks only in a process that has imported Accelerate.
 """
+import gc
 import sys
 from typing import Any, Callable, Optional
 
 from timm_ext.optim.framework_checks import register_closure_check
 
-__all__ = ['ACCELERATE_ACCUMULATION', 'ACCELERATE_FP16', 'accelerate_problem', 'accelerated_caller']
-
-_MAX_FRAMES = 24  # AcceleratedOptimizer.step -> (GradScaler.step ->) torch's step wrapper -> SAM.step -> checks
+__all__ = ['ACCELERATE_ACCUMULATION', 'ACCELERATE_FP16', 'accelerate_problem', 'accelerated_wrapper']
 
 ACCELERATE_ACCUMULATION = (
     'SAM.step(closure) under Accelerate with gradient_accumulation_steps={steps}: Accelerate calls step only on '
@@ -40,27 +41,29 @@ ACCELERATE_FP16 = (
     'use mixed_precision=\'bf16\' (or \'no\')')
 
 
-def accelerated_caller() -> Optional[Any]:
-    """The ``AcceleratedOptimizer`` (or subclass) whose ``step`` is among the callers, None when the step does
-    not come from Accelerate."""
+def accelerated_wrapper(optimizer: Any) -> Optional[Any]:
+    """The ``AcceleratedOptimizer`` (or subclass) that holds ``optimizer``, None when Accelerate never wrapped it
+    (or was never imported). Found among the objects that refer to ``optimizer``: the wrapper itself, or its
+    ``__dict__`` where the instance keeps one apart."""
     module = sys.modules.get('accelerate.optimizer')
     wrapper_type = getattr(module, 'AcceleratedOptimizer', None)
     if wrapper_type is None:
         return None
-    frame = sys._getframe(1)
-    for _ in range(_MAX_FRAMES):
-        if frame is None:
-            return None
-        if frame.f_code.co_name == 'step' and isinstance(frame.f_locals.get('self'), wrapper_type):
-            return frame.f_locals['self']
-        frame = frame.f_back
+    for holder in gc.get_referrers(optimizer):
+        if isinstance(holder, dict) and holder.get('optimizer') is optimizer:
+            owners = [o for o in gc.get_referrers(holder) if getattr(o, '__dict__', None) is holder]
+        else:
+            owners = [holder]
+        for owner in owners:
+            if isinstance(owner, wrapper_type) and getattr(owner, 'optimizer', None) is optimizer:
+                return owner
     return None
 
 
 def accelerate_problem(closure: Callable[..., Any], optimizer: Any) -> Optional[str]:
     """The one line for an Accelerate setting that would make ``optimizer.step(closure)`` silently different
-    from SAM, None when there is none (or when Accelerate is not the caller)."""
-    wrapper = accelerated_caller()
+    from SAM, None when there is none (or when Accelerate does not wrap ``optimizer``)."""
+    wrapper = accelerated_wrapper(optimizer)
     if wrapper is None:
         return None
     gradient_state = getattr(wrapper, 'gradient_state', None)

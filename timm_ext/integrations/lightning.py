@@ -23,13 +23,14 @@ arguments (the ``LightningModule``'s ``.trainer``), never guessed. Refused here:
 
 Some Lightning routes never give SAM a closure: ``precision='16-mixed'`` (``MixedPrecision`` and
 ``FSDPPrecision`` run the closure themselves, then ``GradScaler.step(optimizer)``) and DeepSpeed (its engine
-steps). ``lightning_problem(None, optimizer)``, for ``SAM.step()`` to call when it has no closure, finds that
-plugin's ``optimizer_step`` among the calling frames (by its code object, read-only, at most ``_MAX_FRAMES``
-up, the reference dropped at once) and names the setting; until SAM.step makes that call, these routes stop
-at the train.py replay's RuntimeError (no timm TrainingTask call captured), also before any weight moves.
+steps). ``lightning_problem(None, optimizer)`` is asked only when ``SAM.step()`` has no closure and nothing to
+replay, where SAM would refuse anyway: it names the setting from the trainer of the optimizer's model (the
+``LightningModule`` that ``configure_optimizers`` gave ``create_optimizer_v2``: its precision plugin), reading no
+frame. A SAM built over a submodule knows no trainer, and gets SAM's own one-line ``NoSecondPassError``; either
+way, no weight moves. The closure checks are asked once per kind of closure (its function: the precision plugin's
+``_wrap_closure``), not on every step.
 """
 import functools
-import importlib
 import sys
 from typing import Any, Callable, Iterator, Optional
 
@@ -38,7 +39,6 @@ from timm_ext.optim.framework_checks import register_closure_check, register_ste
 __all__ = ['ACCUMULATE', 'CLIP_VALUE', 'CLIP_VARIANT', 'DEEPSPEED', 'FP16', 'M_SHARPNESS', 'MANUAL_NO_CLOSURE',
            'lightning_problem']
 
-_MAX_FRAMES = 32  # plugin.optimizer_step -> GradScaler.step / engine -> torch's step wrapper -> SAM.step -> checks
 _PREFIX = 'SAM under PyTorch Lightning: '
 CLIP_VALUE = (
     _PREFIX + "Trainer(gradient_clip_val={val}, gradient_clip_algorithm='value') clips both of SAM's passes, and "
@@ -70,10 +70,10 @@ DEEPSPEED = (
 def lightning_problem(closure: Optional[Callable[..., Any]], optimizer: Any) -> Optional[str]:
     """The one line for a Lightning setting SAM cannot make exact; None when there is none (or no Lightning).
 
-    ``closure`` is what ``SAM.step`` received: Lightning's wrapped closure, or None (then the calling frames
-    say whether a Lightning plugin is stepping SAM without one)."""
+    ``closure`` is what ``SAM.step`` received: Lightning's wrapped closure, or None (then the trainer of the
+    optimizer's model says whether a Lightning plugin steps SAM without one)."""
     if closure is None:
-        return _stepped_without_closure()
+        return _stepped_without_closure(getattr(optimizer, 'model', None))
     module = _lightning_module_of(closure)
     if module is None:
         return None
@@ -130,34 +130,20 @@ def _is_do_nothing_closure(inner: Any) -> bool:
     return False
 
 
-def _stepped_without_closure() -> Optional[str]:
-    """FP16 or DEEPSPEED when a Lightning precision plugin that never passes the closure is stepping SAM."""
-    plugins = {}
-    for name, _ in _lightning_roots():
-        try:
-            precision = importlib.import_module(f'{name}.plugins.precision')
-        except ImportError:  # pragma: no cover - a partial install
-            continue
-        for cls_name in ('MixedPrecision', 'FSDPPrecision', 'DeepSpeedPrecision'):
-            cls = getattr(precision, cls_name, None)
-            code = getattr(getattr(cls, 'optimizer_step', None), '__code__', None)
-            if code is not None:
-                plugins[code] = cls_name
-    if not plugins:
+def _stepped_without_closure(model: Any) -> Optional[str]:
+    """FP16 or DEEPSPEED when ``model`` is a LightningModule whose trainer's precision plugin never passes SAM the
+    closure (fp16 ``MixedPrecision`` / ``FSDPPrecision`` with a GradScaler, ``DeepSpeedPrecision``)."""
+    if not any(isinstance(model, root.LightningModule) for _, root in _lightning_roots()):
         return None
-    frame = sys._getframe(1)
     try:
-        for _ in range(_MAX_FRAMES):
-            if frame is None:
-                return None
-            cls_name = plugins.get(frame.f_code)
-            if cls_name == 'DeepSpeedPrecision':
-                return DEEPSPEED
-            if cls_name is not None and getattr(frame.f_locals.get('self'), 'scaler', None) is not None:
-                return FP16
-            frame = frame.f_back
-    finally:
-        del frame
+        plugin = model.trainer.precision_plugin
+    except (RuntimeError, AttributeError):  # not attached to a Trainer
+        return None
+    kinds = {cls.__name__ for cls in type(plugin).__mro__}
+    if 'DeepSpeedPrecision' in kinds:
+        return DEEPSPEED
+    if kinds & {'MixedPrecision', 'FSDPPrecision'} and getattr(plugin, 'scaler', None) is not None:
+        return FP16
     return None
 
 

@@ -1,8 +1,8 @@
 """Optimizers of timm-ext, registered with timm's optimizer factory on import.
 
 ``SAM`` wraps any torch/timm optimizer, ``GSAM`` and ``LookSAM`` are SAM variants built the same way;
-``SAM.step()`` runs its passes with its ``sam_step.StepDriver`` (a closure in torch's or davda54/sam's
-convention, m-sharpness chunks, timm's training task replayed after ``replay_timm_task``).
+``SAM.step()`` is one update, top to bottom in ``sam.py`` (a closure in torch's or davda54/sam's convention;
+timm's training task replayed after ``replay_timm_task``; m-sharpness chunks in ``m_sharpness``).
 ``import timm_ext`` makes ``timm.optim.create_optimizer_v2`` (and a train.py recipe's ``opt:``) build
 them under the names listed in ``sam_factory`` (``samadamw``, ``gsamadamw``, ``looksamadamw``, ...), each
 name's class written there (``SAMAdamW``, ...). Each family's settings are declared once, in ``sam_settings``;
@@ -12,6 +12,7 @@ from timm_ext.optim.gsam import GSAM
 from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.m_sharpness import BatchChunk
 from timm_ext.optim.sam import SAM
+from timm_ext.optim.sam_errors import NoSecondPassError
 from timm_ext.optim.sam_factory import (
     ASAM_RHO,
     SAM_BASES,
@@ -23,7 +24,6 @@ from timm_ext.optim.sam_factory import (
     register_sam_optimizers,
 )
 from timm_ext.optim.sam_settings import GSAMSettings, LookSAMSettings, SAMSettings, sam_opt_kwargs
-from timm_ext.optim.sam_step import NoSecondPassError
 from timm_ext.optim.task_replay import replay_timm_task
 
 register_sam_optimizers()

@@ -1,14 +1,14 @@
 """Training-framework settings SAM cannot make exact, refused in one line before the first pass.
 
 SAM knows no framework. A framework's integration module (``timm_ext.integrations.lightning``,
-``timm_ext.integrations.accelerate``, both imported by ``import timm_ext``) registers its checks here, and
-``SAM.step``'s driver asks them before anything moves: a closure that comes from
-a setting that would make the update silently different from SAM, or a ``step()`` without a closure from a
-framework that ran the closure itself.
+``timm_ext.integrations.accelerate``, both imported by ``import timm_ext``) registers its checks here. ``SAM.step``
+asks the closure checks once per kind of closure it is stepped with (the closure's function, and whether a
+GradScaler hands SAM its scale), before anything moves, never on the steps after; and the checks for a ``step()``
+without a closure only where SAM has nothing to replay and would refuse anyway, to name the setting instead.
 """
 from typing import Any, Callable, List, Optional
 
-__all__ = ['closure_problem', 'register_closure_check', 'register_stepless_check', 'stepless_problem']
+__all__ = ['refuse_closure', 'register_closure_check', 'register_stepless_check', 'stepless_problem']
 
 ClosureCheck = Callable[[Callable[..., Any], Any], Optional[str]]
 SteplessCheck = Callable[[Any], Optional[str]]
@@ -28,11 +28,13 @@ def register_stepless_check(check: SteplessCheck) -> None:
         _stepless_checks.append(check)
 
 
-def closure_problem(closure: Callable[..., Any], optimizer: Any) -> Optional[str]:
-    """The first registered check's line for this closure, None when there is none."""
-    return next((p for check in _closure_checks if (p := check(closure, optimizer))), None)
-
-
 def stepless_problem(optimizer: Any) -> Optional[str]:
     """The first registered check's line for a ``step()`` without a closure, None when there is none."""
     return next((p for check in _stepless_checks if (p := check(optimizer))), None)
+
+
+def refuse_closure(closure: Callable[..., Any], optimizer: Any) -> None:
+    """A one-line ``ValueError`` with the first registered check's line for this closure, if any."""
+    problem = next((p for check in _closure_checks if (p := check(closure, optimizer))), None)
+    if problem:
+        raise ValueError(problem)

@@ -9,7 +9,8 @@ Two conventions meet in ``step(closure)``:
   that gradient and calls the closure once, at w + e. Between steps the caller zeroes the gradients.
 
 ``LeftGradients`` remembers the gradient tensors the optimizer last left in ``p.grad`` (held weakly, with their
-version counters): after each step, after ``zero_grad()``, and when the optimizer is made or copied. At the next
+version counters): after each closure step, after ``zero_grad(set_to_none=False)`` (zeros in place; set to None,
+the tensors are gone and a later backward makes new ones), and when the optimizer is made or copied. At the next
 step the gradients at hand are either those, untouched (torch's convention: the closure evaluates both passes),
 or new, made by a backward since (davda54's: the first pass is done). Gradients added onto the ones a step left,
 without zeroing, are stale sums and are refused in one line, as are gradients half new and half left behind.
@@ -47,11 +48,6 @@ class LeftGradients:
         self._left = {p: (weakref.ref(p.grad), p.grad._version) for p in params if p.grad is not None}
         self._zeros = zeros
 
-    def zeroed(self, params: Sequence[torch.Tensor], set_to_none: bool) -> None:
-        if set_to_none:
-            self._left = {}  # every gradient is None now: whatever comes next is a new backward
-        else:
-            self.record(params, zeros=True)
 
     def _kinds(self, params: Sequence[torch.Tensor]) -> Tuple[Set[str], int, int]:
         """'new' (a backward made or filled it since), 'left' (a step's gradient, untouched), 'added' (a step's

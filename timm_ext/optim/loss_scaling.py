@@ -16,20 +16,20 @@ of two ways:
   GradScaler.step hands the optimizer the first pass's scale and inf check only, and the second backward
   runs inside ``step()``, where the caller's scaler never sees it; so it goes through a second
   ``torch.amp.GradScaler`` (scale, ``unscale_``, ``step``, ``update``: GradScaler's own contract), started at
-  the first scale the caller's scaler gave, kept by the step driver across steps (``SecondPassScaler``) and saved
+  the first scale the caller's scaler gave, kept by SAM across steps (``SecondPassScaler``) and saved
   in the optimizer's state dict, so a resumed run continues with the scale it had.
 
-The base optimizer's step is SAM's own call (``SAM.apply_descent``): ``step_scaler()`` says which scaler steps it,
-if any, and ``after_step()`` what follows.
+SAM makes one only when ``step()`` is handed a scaler (None means fp32 or bf16, and nothing here runs).
 """
 import math
 from typing import Any, Dict, List, Optional
 
 import torch
 
-from timm_ext.optim.sharded import global_norm, total_norm
+from timm_ext.optim.sam_functional import total_norm
+from timm_ext.optim.sharded import global_norm
 
-__all__ = ['GradScalerArgument', 'GradScalerAttributes', 'LossScaling', 'NO_SCALING', 'SecondPassScaler',
+__all__ = ['GradScalerArgument', 'GradScalerAttributes', 'LossScaling', 'SecondPassScaler',
            'explicit_scaling', 'scaling_for']
 
 
@@ -48,7 +48,7 @@ def _unscale_once(grad_scaler: Any, optimizer: torch.optim.Optimizer) -> None:
 
 
 class LossScaling:
-    """No loss scaling (bf16, fp32): the base of the fp16 strategies below."""
+    """The points where fp16 loss scaling enters SAM's update (no-ops here: the base of the two contracts below)."""
 
     def unscale_first(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring the first-pass gradient of ``optimizer``'s parameters to its true scale."""
@@ -78,9 +78,6 @@ class LossScaling:
         """After the base step (a scaler of SAM's own updates its scale)."""
 
 
-NO_SCALING = LossScaling()
-
-
 class SecondPassScaler:
     """The ``GradScaler`` of SAM's own for the second pass under torch's attribute contract: made at the first
     fp16 step, kept across steps, and saved and loaded with the optimizer (a state loaded before it exists is
@@ -100,6 +97,11 @@ class SecondPassScaler:
 
     def state_dict(self) -> Optional[Dict[str, Any]]:
         return self.scaler.state_dict() if self.scaler is not None else self._loaded
+
+    def entry(self) -> Dict[str, Any]:
+        """What SAM's state-dict entry keeps of it: ``second_pass_scaler``, once there is one."""
+        state = self.state_dict()
+        return {} if state is None else {'second_pass_scaler': state}
 
     def load_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
         """A checkpoint's scaler state (checked by ``sam_checkpoint``), or None: no scaler until the next fp16 step."""
@@ -175,19 +177,19 @@ class GradScalerAttributes(LossScaling):
 
 
 def scaling_for(optimizer: torch.optim.Optimizer, grad_scaler: Optional[Any],
-                second_pass: SecondPassScaler) -> LossScaling:
+                second_pass: SecondPassScaler) -> Optional[LossScaling]:
     """``step()``'s loss scaling: the scaler passed in, else the attributes ``GradScaler.step`` set, else none."""
     if grad_scaler is not None:
         return GradScalerArgument(grad_scaler)
     found_inf = getattr(optimizer, 'found_inf', None)
     if found_inf is not None:
         return GradScalerAttributes(getattr(optimizer, 'grad_scale', None), found_inf, second_pass)
-    return NO_SCALING
+    return None
 
 
-def explicit_scaling(grad_scaler: Optional[Any]) -> LossScaling:
+def explicit_scaling(grad_scaler: Optional[Any]) -> Optional[LossScaling]:
     """``first_step``/``second_step``'s loss scaling (a bool here is a misplaced ``zero_grad``)."""
     if isinstance(grad_scaler, bool):
         raise TypeError(f'SAM got grad_scaler={grad_scaler!r}: pass zero_grad= by keyword, '
                         f'grad_scaler= takes a torch.amp.GradScaler or None')
-    return GradScalerArgument(grad_scaler) if grad_scaler is not None else NO_SCALING
+    return GradScalerArgument(grad_scaler) if grad_scaler is not None else None

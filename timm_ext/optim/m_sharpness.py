@@ -7,18 +7,27 @@ all-reduces only the second gradient); the ViT-SAM models used 32 images per TPU
 
     g_i = grad L_i(w),   e_i = rho * g_i / ||g_i||,   h_i = grad L_i(w + e_i)
 
-and the descent gradient is the mean of the ``h_i`` (then averaged over the workers once). SAM's one
-update loop runs the chunks; this module holds what they share: how a batch is cut (``BatchChunk`` for a
-closure, ``slice_batch`` for train.py's recorded calls), the checks, and the sum of the chunks' gradients.
+and the descent gradient is the mean of the ``h_i`` (then averaged over the workers once). SAM enters this
+module only when ``m_sharpness`` is set: ``chunked_update`` is that loop over any ``ChunkPasses`` (a closure's here,
+``chunked_closure_step``; timm's training task's in ``replay_passes``), with what they share: how a batch is cut
+(``BatchChunk`` for a closure, ``slice_batch`` for train.py's recorded calls), the checks, and the sum of the
+chunks' gradients.
 """
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterable, List, Optional, Protocol, Tuple
 
 import torch
 
-from timm_ext.optim.ddp import NoSync, world_size
+from timm_ext.optim.ddp import NoSync, all_reduce_mean, sync_context, world_size
+from timm_ext.optim.sam_functional import cuda_devices_of
+from timm_ext.optim.sharded import refuse_sharded_chunks
 
-__all__ = ['BatchChunk', 'GradientSum', 'check_chunk_sync', 'chunk_count', 'mean_loss', 'refuse_loss_scaling',
-           'slice_batch']
+if TYPE_CHECKING:
+    from timm_ext.optim.left_gradients import LeftGradients
+    from timm_ext.optim.loss_scaling import LossScaling
+
+__all__ = ['BatchChunk', 'ChunkPasses', 'ChunkedSAM', 'ClosureChunks', 'GradientSum', 'check_chunk_sync',
+           'chunk_count', 'chunked_closure_step', 'chunked_update', 'mean_loss', 'refuse_loss_scaling', 'slice_batch']
 
 
 def slice_batch(values: Iterable[Any], batch_size: int, rows: slice) -> Tuple[Any, ...]:
@@ -121,3 +130,139 @@ def mean_loss(losses: List[Any]) -> Any:
     if all(isinstance(v, torch.Tensor) for v in values):
         return torch.stack([v.detach().float() for v in values]).mean()
     return sum(float(v) for v in values) / len(values)
+
+
+class ChunkedSAM(Protocol):
+    """What the chunks' update uses of the SAM it drives (``sam.SAM``, which imports this module)."""
+    base_optimizer: torch.optim.Optimizer
+    param_groups: List[Dict[str, Any]]
+    settings: Any
+    model: Optional[torch.nn.Module]
+    left: 'LeftGradients'
+    sam_step_due: bool
+
+    def hold_buffers(self) -> None: ...
+    def release_buffers(self) -> None: ...
+    def warn_if_buffers_move(self, loss: Any) -> None: ...
+    def ascend(self, scaling: Optional['LossScaling'] = None) -> None: ...
+    def descend(self, scaling: Optional['LossScaling'] = None) -> bool: ...
+    def params_with_grad(self) -> List[torch.Tensor]: ...
+    def clean_gradients(self) -> Dict[torch.Tensor, torch.Tensor]: ...
+    def cancel_step(self) -> None: ...
+    def plain_step(self, scaling: Optional['LossScaling'] = None) -> None: ...
+    def apply_descent(self, descend: bool, scaling: Optional['LossScaling'],
+                      clean: Dict[torch.Tensor, torch.Tensor], zero_grad: bool = False) -> None: ...
+
+
+class ChunkPasses(Protocol):
+    """The two passes of each chunk of one update."""
+
+    def context(self) -> ContextManager:
+        """Around all the passes of the update."""
+
+    def count(self) -> int:
+        """How many chunks (known after the first pass of the first one)."""
+
+    def first(self, index: int) -> Any:
+        """The gradient at w of chunk ``index``; returns its loss."""
+
+    def second(self, index: int) -> None:
+        """The gradient at w + e of chunk ``index``, drawing the random numbers its first pass drew."""
+
+
+def chunked_update(sam: 'ChunkedSAM', passes: ChunkPasses, scaling: Optional['LossScaling']) -> List[Any]:
+    """One SAM update per chunk: the chunk's gradient at w, up to w + e, its gradient there, back to w; then the
+    chunks' mean second-pass gradient (over the workers too) is applied. The buffers are held from before the first
+    chunk's first pass; weights and buffers are back at w whatever fails in between. Returns the chunks' losses."""
+    params = [p for group in sam.param_groups for p in group['params']]
+    refuse_sharded_chunks(sam.settings.m_sharpness, params)
+    refuse_loss_scaling(scaling is not None)
+    descent, clean = GradientSum(), GradientSum()
+    losses = []
+    with passes.context():
+        try:
+            sam.hold_buffers()
+            index = 0
+            while index == 0 or index < passes.count():
+                sam.base_optimizer.zero_grad()  # each chunk's own gradient (the whole batch's is not used)
+                losses.append(passes.first(index))
+                if sam.model is None:
+                    sam.warn_if_buffers_move(losses[0])
+                sam.ascend()
+                sam.base_optimizer.zero_grad()
+                passes.second(index)
+                descend = sam.descend()
+                descent.add(sam.params_with_grad())
+                clean.add_values(sam.clean_gradients())
+                index += 1
+        except BaseException:
+            sam.cancel_step()
+            raise
+    sam.release_buffers()
+    descent.write_mean_to_grads()  # the mean over the chunks, then over the workers (one all-reduce each)
+    clean_grads = clean.mean()
+    if world_size() > 1:
+        all_reduce_mean([p.grad for p in sam.params_with_grad()])
+        all_reduce_mean(list(clean_grads.values()))
+    sam.apply_descent(descend, None, clean_grads)
+    return losses
+
+
+class ClosureChunks:
+    """``step(closure)``'s chunks: the closure cuts its batch with the ``BatchChunk`` it is handed; each chunk's
+    first pass runs in a fork of the generators, so that its second draws the same masks; both run in ``no_sync``.
+    After the first chunk's first pass, the closure must have zeroed the gradients the last step left."""
+
+    def __init__(self, closure: Callable[..., Any], size: Optional[int], no_sync: NoSync,
+                 params: List[torch.Tensor], left: 'LeftGradients') -> None:
+        self.closure = closure
+        self.chunk = BatchChunk(size)
+        self.no_sync = no_sync
+        self.params = params
+        self.left = left
+        self.devices = cuda_devices_of(params)
+
+    def _call(self) -> Any:
+        with torch.enable_grad():
+            return self.closure(self.chunk)
+
+    def whole_batch(self) -> Any:
+        """A plain ``interval`` step's one pass: ``chunk(x, y)`` returns the batch unchanged."""
+        self.chunk = BatchChunk(None)
+        loss = self._call()
+        self.left.check_closure_zeroed(self.params)
+        return loss
+
+    def context(self) -> ContextManager:
+        check_chunk_sync(self.no_sync)
+        return nullcontext()
+
+    def count(self) -> int:
+        return self.chunk.count
+
+    def first(self, index: int) -> Any:
+        self.chunk.index = index
+        with torch.random.fork_rng(devices=self.devices), sync_context(self.no_sync):
+            loss = self._call()
+        if index == 0:
+            self.left.check_closure_zeroed(self.params)
+        return loss
+
+    def second(self, index: int) -> None:
+        with sync_context(self.no_sync):
+            self._call()
+
+
+def chunked_closure_step(sam: 'ChunkedSAM', closure: Callable[..., Any], scaling: Optional['LossScaling'],
+                         no_sync: NoSync) -> Any:
+    """``SAM.step(closure)`` with ``m_sharpness``: the chunks' SAM update (the mean of their losses at w returned),
+    or on a plain ``interval`` step one pass over the whole batch."""
+    params = [p for group in sam.param_groups for p in group['params']]
+    passes = ClosureChunks(closure, sam.settings.m_sharpness, no_sync, params, sam.left)
+    if sam.sam_step_due:
+        loss = mean_loss(chunked_update(sam, passes, scaling))
+    else:
+        loss = passes.whole_batch()
+        sam.plain_step(scaling)
+    sam.left.record(params)
+    return loss

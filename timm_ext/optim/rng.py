@@ -2,22 +2,20 @@
 
 The paper's implementation (JAX) evaluates both SAM passes with one PRNG key: dropout and
 drop-path masks at ``w + e`` are those drawn at ``w``. In torch the masks come from the global
-generators (CPU, and one per CUDA device), so SAM records their state before the first pass and
-re-runs the second pass inside ``torch.random.fork_rng`` restored to it. ``fork_rng`` puts the
-generators back afterwards: the second pass consumes no randomness, and the rest of the run draws
-what it would have drawn without SAM's second pass.
+generators (CPU, and one per CUDA device). Where SAM runs both passes itself (``step(closure)``) it runs
+the first inside ``torch.random.fork_rng``, so the second starts where the first did. Where the first pass
+ran before SAM was called (train.py's task call, the Hugging Face Trainer's micro-batches), its state is
+recorded here and the second pass re-runs inside ``torch.random.fork_rng`` restored to it: the second pass
+consumes no randomness, and the rest of the run draws what it would have drawn without it.
 """
 from contextlib import contextmanager
-from typing import Iterable, Iterator, List, Tuple
+from typing import Iterable, Iterator, Tuple
 
 import torch
 
+from timm_ext.optim.sam_functional import cuda_devices_of
+
 __all__ = ['RngState', 'cuda_devices_of']
-
-
-def cuda_devices_of(tensors: Iterable[torch.Tensor]) -> List[int]:
-    """Indices of the CUDA devices that hold ``tensors`` (the generators a pass on them may draw from)."""
-    return sorted({t.device.index or 0 for t in tensors if t.device.type == 'cuda'})
 
 
 class RngState:

@@ -25,9 +25,9 @@ GROUP_KEY = 'sam_state'
 _WHERE = ' in the loaded state dict'
 
 
-def sam_entry(settings: SAMSettings, updates: int, driver_state: Dict[str, Any]) -> Dict[str, Any]:
-    """The ``"sam"`` entry of a state dict (``driver_state``: what the step driver keeps, e.g. its scaler)."""
-    return dict(settings.optimizer_values(), step=updates, **driver_state)
+def sam_entry(settings: SAMSettings, updates: int, kept_state: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``"sam"`` entry of a state dict (``kept_state``: what SAM keeps beside its settings, its scaler)."""
+    return dict(settings.optimizer_values(), step=updates, **kept_state)
 
 
 def split_entry(state_dict: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
@@ -77,21 +77,21 @@ def setting_changes(settings: SAMSettings, groups: List[Dict[str, Any]], loaded_
 
 
 def sam_state_dict(base_optimizer: Optimizer, settings: SAMSettings, updates: int,
-                   driver_state: Dict[str, Any]) -> Dict[str, Any]:
+                   kept_state: Dict[str, Any]) -> Dict[str, Any]:
     """The base optimizer's state dict plus the ``"sam"`` entry, also copied into each group (for DCP)."""
     state_dict = base_optimizer.state_dict()
-    state_dict['sam'] = sam_entry(settings, updates, driver_state)
+    state_dict['sam'] = sam_entry(settings, updates, kept_state)
     for group in state_dict['param_groups']:  # where torch.distributed.checkpoint keeps it (it drops 'sam')
         group[GROUP_KEY] = dict(state_dict['sam'])
     return state_dict
 
 
-def load_sam_state(base_optimizer: Optimizer, settings: SAMSettings, updates: int, driver_state: Dict[str, Any],
+def load_sam_state(base_optimizer: Optimizer, settings: SAMSettings, updates: int, kept_state: Dict[str, Any],
                    state_dict: Dict[str, Any]) -> Tuple[SAMSettings, int, Dict[str, Any]]:
     """Check everything, then load the base optimizer's part; returns the settings, update count and entry to
     continue with (the checkpoint's), after logging each setting that differs from this run's."""
     state_dict, loaded = split_entry(state_dict)
-    current = sam_entry(settings, updates, driver_state)
+    current = sam_entry(settings, updates, kept_state)
     entry, new_settings = checked_entry(loaded, current, settings)
     groups = state_dict.get('param_groups', [])
     for idx, group in enumerate(groups):

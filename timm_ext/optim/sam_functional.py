@@ -5,24 +5,26 @@
     w <- w + e, and back to w bit-exactly
     the model's buffers (BatchNorm statistics) copied after the first pass, and put back after the second
 
-Each works on a rank's local shards under FSDP2 (``sharded.local``); the norm is the global one (one all-reduce),
-so the same call serves one process, DDP and sharded training. The SAM class (``sam.py``) keeps the buffers
+Each works on the tensors it is handed: the parameters' own, or under FSDP2 each rank's local shards, with the norm
+over every rank's (one all-reduce, ``sharded.global_norm``), so the same call serves one process, DDP and sharded
+training. The SAM class (``sam.py``) keeps the buffers
 these write into, so a step allocates nothing after the first.
 """
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from timm.models import model_parameters
 from timm.utils import dispatch_clip_grad
 
-from timm_ext.optim.sharded import global_norm, local
-
-__all__ = ['Groups', 'clip_gradient_', 'hold_buffers_', 'keep_', 'restore_buffers_', 'sam_perturb_', 'sam_restore_']
+__all__ = ['Groups', 'HAS_GET_TOTAL_NORM', 'batch_norm_in_graph', 'clip_gradient_', 'cuda_devices_of', 'hold_buffers_',
+           'keep_', 'restore_buffers_', 'sam_perturb_', 'sam_restore_', 'total_norm']
 
 Store = Dict[torch.Tensor, torch.Tensor]
-Groups = List[Tuple[Dict[str, Any], List[torch.Tensor]]]  # (param group, its parameters that have a gradient)
+# (param group, its parameters that have a gradient, their weights, their gradients)
+Groups = List[Tuple[Dict[str, Any], List[torch.Tensor], List[torch.Tensor], List[torch.Tensor]]]
+HAS_GET_TOTAL_NORM = hasattr(torch.nn.utils, 'get_total_norm')  # torch >= 2.6 (a test takes the older route)
 
 
 def keep_(store: Store, params: Sequence[torch.Tensor], values: Optional[Sequence[torch.Tensor]] = None,
@@ -42,35 +44,41 @@ def keep_(store: Store, params: Sequence[torch.Tensor], values: Optional[Sequenc
 
 
 @torch.no_grad()
-def sam_perturb_(groups: Groups, backups: Store, clean: Optional[Store] = None) -> float:
+def sam_perturb_(groups: Groups, backups: Store, clean: Optional[Store] = None,
+                 norm: Optional[Callable[[List[torch.Tensor]], Any]] = None) -> float:
     """Back every parameter up into ``backups`` and move it to w + e, with each group's ``rho``, ``adaptive`` and
-    ``eta``; ``clean`` (if given) gets a copy of g first. Returns ||g|| (ASAM: ||T g||); a zero or non-finite norm
-    moves nothing. The gradients are turned into T g / T^2 g on the way (ASAM); the caller replaces them next."""
-    grads = [[local(p.grad) for p in params] for _, params in groups]
+    ``eta``; ``clean`` (if given) gets a copy of g first. ``groups``: (param group, its parameters that have a
+    gradient, their weights, their gradients), the weights and gradients being the parameters' own tensors, or a
+    rank's shards under FSDP2; ``norm``: the L2 norm of a tensor list as one vector (``total_norm`` if not given;
+    over every rank's shards under FSDP2, ``sharded.global_norm``). Returns ||g||
+    (ASAM: ||T g||); a zero or non-finite norm moves nothing. The gradients are turned into T g / T^2 g on the way
+    (ASAM); the caller replaces them next."""
+    params = [p for _, ps, _, _ in groups for p in ps]
+    grads = [g for _, _, _, gs in groups for g in gs]
     if clean is not None:
-        keep_(clean, [p for _, ps in groups for p in ps], [g for gs in grads for g in gs])
-    for (group, params), gs in zip(groups, grads):
+        keep_(clean, params, grads)
+    for group, ps, weights, gs in groups:
         if group['adaptive']:  # T = |w| + eta, held in the backups (w goes there next); g <- T g for the norm
-            scale_t = keep_(backups, params, [local(p) for p in params])
+            scale_t = keep_(backups, ps, weights)
             torch._foreach_abs_(scale_t)
             torch._foreach_add_(scale_t, float(group['eta']))
             torch._foreach_mul_(gs, scale_t)
-    norm = global_norm([g for gs in grads for g in gs], [p for _, ps in groups for p in ps])
-    for (group, params), gs in zip(groups, grads):
-        shards = [local(p) for p in params]
+    grad_norm = float(norm(grads) if norm is not None else total_norm(grads))
+    for group, ps, weights, gs in groups:
         if group['adaptive']:  # ... and T^2 g for the move: e = rho T^2 g / ||T g||
-            torch._foreach_mul_(gs, keep_(backups, params, None, shards))
-        keep_(backups, params, shards)
-        if math.isfinite(norm) and norm > 0 and group['rho'] > 0:
-            torch._foreach_add_(shards, gs, alpha=group['rho'] / norm)
-    return norm
+            torch._foreach_mul_(gs, keep_(backups, ps, None, weights))
+        keep_(backups, ps, weights)
+        if math.isfinite(grad_norm) and grad_norm > 0 and group['rho'] > 0:
+            torch._foreach_add_(weights, gs, alpha=group['rho'] / grad_norm)
+    return grad_norm
 
 
 @torch.no_grad()
-def sam_restore_(params: Sequence[torch.Tensor], backups: Store) -> None:
-    """Every parameter back to the value ``sam_perturb_`` backed up, bit-exactly."""
+def sam_restore_(weights: Sequence[torch.Tensor], params: Sequence[torch.Tensor], backups: Store) -> None:
+    """Every parameter's weights (``params``' own tensors, or their shards) back to the value ``sam_perturb_``
+    backed up, bit-exactly."""
     if params:
-        torch._foreach_copy_([local(p) for p in params], [backups[p] for p in params])
+        torch._foreach_copy_(list(weights), [backups[p] for p in params])
 
 
 def hold_buffers_(module: Optional[nn.Module], copies: Store) -> List[torch.Tensor]:
@@ -99,3 +107,37 @@ def clip_gradient_(params: List[torch.Tensor], clip_grad: float, clip_mode: str,
         keep = {id(p) for p in model_parameters(module, exclude_head=True)}
         params = [p for p in params if id(p) in keep]
     dispatch_clip_grad(params, clip_grad, mode=clip_mode)
+
+
+def total_norm(tensors: List[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of ``tensors`` as one vector: ``torch.nn.utils.get_total_norm`` (torch >= 2.6), or on torch 2.4
+    and 2.5 the same sum, one ``_foreach_norm`` and the norm of the per-tensor norms on the first one's device."""
+    if HAS_GET_TOTAL_NORM:
+        return torch.nn.utils.get_total_norm(tensors, foreach=True)
+    if not tensors:
+        return torch.tensor(0.)
+    norms = torch._foreach_norm(tensors)
+    return torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms]))
+
+
+def cuda_devices_of(tensors: Iterable[torch.Tensor]) -> List[int]:
+    """Indices of the CUDA devices that hold ``tensors`` (the generators a pass on them may draw from)."""
+    return sorted({t.device.index or 0 for t in tensors if t.device.type == 'cuda'})
+
+
+def batch_norm_in_graph(loss: Any) -> bool:
+    """Whether ``loss``'s autograd graph has a batch-norm node (the one layer whose forward updates buffers in
+    timm's and torch's models); True when ``loss`` has no graph to look at."""
+    node = getattr(loss, 'grad_fn', None)
+    if node is None:
+        return True
+    seen, todo = {node}, [node]
+    while todo:
+        node = todo.pop()
+        if 'batchnorm' in type(node).__name__.lower():
+            return True
+        for child, _ in node.next_functions:
+            if child is not None and child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return False

@@ -12,27 +12,15 @@ from typing import List, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from timm_ext.optim.sam_functional import total_norm
+
 try:  # torch >= 2.5
     from torch.distributed.tensor import DTensor, Shard
 except ImportError:  # pragma: no cover - torch 2.4 (the floor) keeps them private
     from torch.distributed._tensor import DTensor, Shard
 
 __all__ = ['global_dot', 'global_norm', 'is_sharded', 'like_param', 'local', 'refuse_flat_parameters',
-           'refuse_sharded_chunks', 'total_norm']
-
-
-HAS_GET_TOTAL_NORM = hasattr(torch.nn.utils, 'get_total_norm')  # torch >= 2.6 (a test takes the older route)
-
-
-def total_norm(tensors: List[torch.Tensor]) -> torch.Tensor:
-    """The L2 norm of ``tensors`` as one vector: ``torch.nn.utils.get_total_norm`` (torch >= 2.6), or on torch 2.4
-    and 2.5 the same sum, one ``_foreach_norm`` and the norm of the per-tensor norms on the first one's device."""
-    if HAS_GET_TOTAL_NORM:
-        return torch.nn.utils.get_total_norm(tensors, foreach=True)
-    if not tensors:
-        return torch.tensor(0.)
-    norms = torch._foreach_norm(tensors)
-    return torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms]))
+           'refuse_sharded_chunks', 'zero_gradient']
 
 
 def is_sharded(t: torch.Tensor) -> bool:
@@ -121,3 +109,9 @@ def refuse_flat_parameters(params: Sequence[torch.Tensor]) -> None:
             raise ValueError('SAM cannot perturb FSDP1 (FullyShardedDataParallel) flat parameters: each rank holds '
                              'a slice of a flattened buffer, not a shard SAM can take the global norm of; shard the '
                              'model with torch.distributed.fsdp.fully_shard (FSDP2), or use DDP')
+
+
+def zero_gradient(params: List[torch.Tensor]) -> bool:
+    """Every parameter has a gradient and all of them are zero (over every rank's shards)."""
+    return bool(params) and all(p.grad is not None for p in params) and global_norm(
+        [p.grad for p in params], params) == 0

@@ -36,7 +36,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from timm_ext.optim.ddp import sync_context
 from timm_ext.optim.m_sharpness import slice_batch
 from timm_ext.optim.rng import RngState, cuda_devices_of
 from timm_ext.optim.task_finder import finder
@@ -199,7 +198,7 @@ class TaskRecorder:
         optimizer = self._optimizer_ref()
         if optimizer is None:
             return []
-        return [p for group in optimizer.param_groups for p in group['params']]
+        return [p for group in optimizer.base_optimizer.param_groups for p in group['params']]
 
     def _shares_params(self, other: 'TaskRecorder') -> bool:
         ids = {id(p) for p in self._params()}
@@ -231,7 +230,7 @@ class TaskRecorder:
     def replay(
             self,
             calls: List[TaskCall],
-            scale_loss: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss,
+            scale_loss: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     ) -> List[torch.Tensor]:
         """Forward and backward every call again, as train.py did the first time; returns the losses.
 
@@ -246,27 +245,26 @@ class TaskRecorder:
         task = self.task
         if task is None:
             raise RuntimeError('SAM.step(): the training task whose calls were recorded no longer exists')
-        self._warn_dict_input(calls)
+        if not self._warned_dict_input and any(call.args and isinstance(call.args[0], dict) for call in calls):
+            self._warn_dict_input()
         num_calls = len(calls)
         losses = []
         self.replaying = True
         try:
             for idx, call in enumerate(calls):
                 no_sync = task.no_sync if idx < num_calls - 1 and hasattr(task, 'no_sync') else None
-                with sync_context(no_sync), torch.enable_grad(), call.random_state():
+                with no_sync() if no_sync is not None else nullcontext(), torch.enable_grad(), call.random_state():
                     with call.autocast():
                         loss = task(*call.args, **call.kwargs)['loss']
                     if num_calls > 1:
                         loss = loss / num_calls
-                    scale_loss(loss).backward()
+                    (scale_loss(loss) if scale_loss is not None else loss).backward()
                 losses.append(loss.detach())
         finally:
             self.replaying = False
         return losses
 
-    def _warn_dict_input(self, calls: List[TaskCall]) -> None:
-        if self._warned_dict_input or not any(call.args and isinstance(call.args[0], dict) for call in calls):
-            return
+    def _warn_dict_input(self) -> None:
         self._warned_dict_input = True
         warnings.warn(
             'SAM replays the training task, but train.py\'s NaFlex path scales the loss outside the task '

@@ -63,11 +63,11 @@ def replay_timm_task(optimizer: Any, task: Optional[nn.Module] = None) -> None:
     for sam in sams:
         replay = TaskReplay(sam)
         if task is not None and not replay.owns(task):
-            sam.driver.attach_replay(None)
+            sam.attach_replay(None)
             module = type(replay.trainable_module_of(task)).__name__
             raise ValueError(f'replay_timm_task: the {type(task).__name__}\'s trainable module ({module}) holds none '
                              f'of the optimizer\'s parameters: give the task built over the model the optimizer trains')
-        sam.driver.attach_replay(replay)  # the one attached before closes
+        sam.attach_replay(replay)  # the one attached before closes
         if task is None:
             replay.start()
         else:
