@@ -5,11 +5,11 @@ when run as ``python reproduction/<script>.py``. The fake runs carry every key t
 """
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 import pytest
+from _timm_train import TRAIN_PY
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'reproduction'))
@@ -35,10 +35,6 @@ import supporting_runs  # noqa: E402
 __all__ = ['TRAIN_PY', 'claims', 'extended_report', 'fake_run', 'fake_runs', 'long_report', 'longer_schedules',
            'measure_run', 'plan', 'power', 'report', 'report_tables', 'reproduce', 'run_metrics', 'run_results',
            'study_jobs', 'supporting_runs', 'tiny_folder', 'write_run']
-
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 
 
 def tiny_folder(root: Path) -> Path:

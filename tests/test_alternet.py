@@ -17,7 +17,14 @@ from timm.models._features_fx import create_feature_extractor, get_graph_node_na
 from timm.models.resnetv2 import DownsampleConv, PreActBasic, PreActBottleneck
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from timm_ext.models.alternet import AlterNet, AlterNetBasic, AlterNetBottleneck, LocalMsaBlock, alternet_msa_indices
+from timm_ext.models.alternet import (
+    AlterNet,
+    AlterNetBasic,
+    AlterNetBottleneck,
+    AlterNetFeatureList,
+    LocalMsaBlock,
+    alternet_msa_indices,
+)
 
 DEPTHS = (18, 34, 50, 101, 152)
 _CONV_KW = dict(conv_layer=create_conv2d, norm_layer=partial(BatchNormAct2d, act_layer='relu'))
@@ -218,16 +225,67 @@ def test_inputs_the_window_does_not_divide_work(tiny):
     assert out_cifar.shape == (1, 10) and torch.isfinite(out_cifar).all()
 
 
-def test_features_only_one_feature_per_stage():
+def test_features_only_stem_then_one_feature_per_stage():
+    """Level 0 is the stem conv (reduction 1 for the CIFAR stem, 2 before the ImageNet stem's max-pool), then one
+    level per stage, as timm's ResNetV2."""
     torch.manual_seed(0)
     model = timm.create_model('alternet_18_cifar', features_only=True, **TINY).eval()
-    assert model.feature_info.channels() == [16, 32, 64, 128]
-    assert model.feature_info.reduction() == [1, 2, 4, 8]
+    assert model.feature_info.channels() == [64, 16, 32, 64, 128]
+    assert model.feature_info.reduction() == [1, 1, 2, 4, 8]
     with torch.no_grad():
         feats = model(torch.randn(2, 3, 32, 32))
-    assert [tuple(f.shape) for f in feats] == [(2, 16, 32, 32), (2, 32, 16, 16), (2, 64, 8, 8), (2, 128, 4, 4)]
-    imagenet = timm.create_model('alternet_18', features_only=True, out_indices=(1, 3), device='meta', **TINY)
-    assert imagenet.feature_info.reduction() == [8, 32]
+    assert [tuple(f.shape) for f in feats] == [
+        (2, 64, 32, 32), (2, 16, 32, 32), (2, 32, 16, 16), (2, 64, 8, 8), (2, 128, 4, 4)]
+    imagenet = timm.create_model('alternet_18', features_only=True, out_indices=(0, 2, 4), **TINY).eval()
+    assert imagenet.feature_info.reduction() == [2, 8, 32]
+    assert imagenet.feature_info.module_name() == ['stem.conv', 'stages.1', 'stages.3']
+    with torch.no_grad():
+        assert [f.shape[-1] for f in imagenet(torch.randn(1, 3, 64, 64))] == [32, 8, 2]
+
+
+def test_resnet50_out_indices_pick_the_same_levels_on_alternet_50():
+    """A resnet50 FPN config (out_indices=(1, 2, 3, 4)) on alternet_50: reductions 4/8/16/32 and resnet50's channels;
+    the maps have the sizes and channels feature_info names."""
+    resnet = timm.create_model('resnet50', features_only=True, out_indices=(1, 2, 3, 4), device='meta')
+    model = timm.create_model('alternet_50', features_only=True, out_indices=(1, 2, 3, 4)).eval()
+    assert model.feature_info.reduction() == resnet.feature_info.reduction() == [4, 8, 16, 32]
+    assert model.feature_info.channels() == resnet.feature_info.channels() == [256, 512, 1024, 2048]
+    with torch.no_grad():
+        feats = model(torch.randn(1, 3, 64, 64))
+    assert [f.shape[1] for f in feats] == model.feature_info.channels()
+    assert [64 // f.shape[-1] for f in feats] == [64 // f.shape[-2] for f in feats] == [4, 8, 16, 32]
+    levels = timm.create_model('alternet_50', device='meta').feature_info
+    assert [(f['module'], f['reduction'], f['num_chs']) for f in levels][0] == ('stem.conv', 2, 64)
+
+
+def test_features_only_equals_forward_intermediates(tiny):
+    """The same levels through timm's feature wrapper (module by module) and through forward_intermediates."""
+    features = AlterNetFeatureList(tiny, out_indices=(0, 1, 2, 3, 4), flatten_sequential=True)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        inters = tiny.forward_intermediates(x, intermediates_only=True)
+        feats = features(x)
+    assert len(feats) == len(inters) == len(tiny.feature_info) == 5
+    for feat, inter in zip(feats, inters):
+        torch.testing.assert_close(feat, inter, rtol=1e-5, atol=1e-5)
+
+
+LEVELS_50 = (
+    'this AlterNet has 5 feature levels, 0 stem.conv (reduction 2, 64 chs), 1 stages.0 (reduction 4, 256 chs), '
+    '2 stages.1 (reduction 8, 512 chs), 3 stages.2 (reduction 16, 1024 chs), 4 stages.3 (reduction 32, 2048 chs); '
+    'use indices 0 to 4 (negative ones count from the end) or an int n <= 5 for the last n.')
+
+
+def test_out_of_range_feature_index_names_the_levels():
+    with pytest.raises(ValueError) as e:
+        timm.create_model('alternet_50', features_only=True, out_indices=(1, 2, 3, 4, 5), device='meta')
+    assert str(e.value) == f'out_indices=(1, 2, 3, 4, 5) is out of range: {LEVELS_50}'
+    model = timm.create_model('alternet_50', device='meta')
+    with pytest.raises(ValueError) as e:
+        model.forward_intermediates(torch.empty(1, 3, 64, 64, device='meta'), indices=[-6, 0])
+    assert str(e.value) == f'indices=[-6, 0] is out of range: {LEVELS_50}'
+    with pytest.raises(ValueError, match=r'^indices=6 is out of range: this AlterNet has 5 feature levels, 0 stem'):
+        model.prune_intermediate_layers(indices=6)
 
 
 def test_forward_intermediates_match_features_and_forward(tiny):
@@ -235,24 +293,39 @@ def test_forward_intermediates_match_features_and_forward(tiny):
     with torch.no_grad():
         final, inters = tiny.forward_intermediates(x)
         torch.testing.assert_close(final, tiny.forward_features(x))
-        assert [t.shape[1] for t in inters] == [16, 32, 64, 128]
+        assert [t.shape[1] for t in inters] == [64, 16, 32, 64, 128]
+        torch.testing.assert_close(inters[0], tiny.stem(x))
         last_two = tiny.forward_intermediates(x, indices=2, intermediates_only=True)
-        torch.testing.assert_close(last_two[0], inters[2])
-        normed = tiny.forward_intermediates(x, indices=[3], norm=True, intermediates_only=True)
+        torch.testing.assert_close(last_two[0], inters[3])
+        normed = tiny.forward_intermediates(x, indices=[4], norm=True, intermediates_only=True)
         torch.testing.assert_close(normed[0], final)
-        early = tiny.forward_intermediates(x, indices=[1], stop_early=True, intermediates_only=True)
-        torch.testing.assert_close(early[0], inters[1])
+        early = tiny.forward_intermediates(x, indices=[2], stop_early=True, intermediates_only=True)
+        torch.testing.assert_close(early[0], inters[2])
+
+
+def test_forward_intermediates_stem_level_is_before_the_max_pool():
+    torch.manual_seed(0)
+    model = timm.create_model('alternet_18', **TINY).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        final, (stem,) = model.forward_intermediates(x, indices=[0], stop_early=True)
+        torch.testing.assert_close(stem, model.stem.conv(x))
+    assert stem.shape == (1, 64, 32, 32) and final.shape == (1, 64, 16, 16)  # final: after the max-pool
 
 
 def test_prune_intermediate_layers(tiny):
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
         full = tiny.forward_intermediates(x, intermediates_only=True)
-    assert tiny.prune_intermediate_layers(indices=(0, 1)) == [0, 1]
-    assert len(tiny.stages) == 2 and tiny.num_classes == 0
+    assert tiny.prune_intermediate_layers(indices=(1, 2)) == [1, 2]
+    assert len(tiny.stages) == 2 and tiny.num_classes == 0 and tiny.num_features == 32
     with torch.no_grad():
-        pruned = tiny.forward_intermediates(x, indices=(0, 1), intermediates_only=True)
-    torch.testing.assert_close(pruned[1], full[1])
+        final, pruned = tiny.forward_intermediates(x, indices=(1, 2))
+    torch.testing.assert_close(pruned[1], full[2])
+    torch.testing.assert_close(final, full[2])  # the final norm is sized for the last stage: pruned with it
+    stem_only = timm.create_model('alternet_18', **TINY)
+    assert stem_only.prune_intermediate_layers(indices=(0,)) == [0]
+    assert len(stem_only.stages) == 0 and list(dict(stem_only.stem.named_children())) == ['conv']
 
 
 def test_reset_classifier_and_pre_logits(tiny):

@@ -19,15 +19,12 @@ import pytest
 import timm
 import torch
 from _cli import run_cli, train_py_argv
+from _timm_train import SCRIPTS_DIR, TRAIN_PY, VALIDATE_PY
 from conftest import require_timm_script
 
 from timm_ext.launch import timm_scripts as script_finder
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-SCRIPTS_DIR = _SCRIPTS.parent if _SCRIPTS.suffix == '.py' else _SCRIPTS
-TRAIN_PY, VALIDATE_PY = SCRIPTS_DIR / 'train.py', SCRIPTS_DIR / 'validate.py'
 _TIMM_VERSION = tuple(int(p) for p in timm.__version__.split('.')[:3] if p.isdigit())
 OWN_SUBCOMMANDS = ('train', 'validate', 'recipes', 'models', 'convert')
 

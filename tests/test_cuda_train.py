@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _cuda import NO_CUDA, chosen_device
+from _timm_train import SCRIPTS_DIR
 from conftest import require_timm_script
 from test_models import IMG_SIZE
 from timm.models import model_entrypoint
@@ -18,7 +19,6 @@ from timm.models import model_entrypoint
 pytestmark = pytest.mark.cuda
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS_DIR = Path(os.environ.get('TIMM_EXT_TIMM_TRAIN', REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'))
 # one model of each family, shrunk where the family allows it; fp16 and bf16 alternate over the families
 FAMILY_RUNS = {
     'vit_tiny_cb': ['patch_size=4', 'depth=2'], 'vit_tiny_convstem': ['depth=2'], 'mixer_s16_cb': ['num_blocks=2'],

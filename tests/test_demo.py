@@ -9,10 +9,10 @@ reason when it is absent.
 """
 import csv
 import json
-import os
 from pathlib import Path
 
 import pytest
+from _timm_train import TRAIN_PY
 from conftest import require_timm_script
 
 from timm_ext.cli import main
@@ -21,9 +21,6 @@ from timm_ext.demo import runner
 pytest.importorskip('sklearn', reason='the demo data needs scikit-learn (pip install "timm-ext[demo]")')
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 
 
 # --- the command line -------------------------------------------------------------------------------------

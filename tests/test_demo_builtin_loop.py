@@ -5,22 +5,19 @@ train.py's own values, and gives train.py's results: the slow test trains the qu
 both routes and finds every ``summary.csv`` number the same, epoch by epoch (train.py from
 TIMM_EXT_TIMM_TRAIN, default ../shared/timm-train/v1.0.28; skipped with the reason when it is absent).
 """
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from _timm_train import TRAIN_PY
 from conftest import require_timm_script
 
 from timm_ext.demo import runs as demo
 from timm_ext.demo.builtin_loop import PROG, main, parse_loop_args
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 REFUSED = (f'{PROG}: error: --drop is not an argument of the demo\'s built-in loop, which takes only the train.py '
            f'arguments of `timm-ext demo`\'s runs; for any other, train with timm\'s train.py (timm-ext train '
            f'--timm-train PATH)')

@@ -1,10 +1,10 @@
 """timm_ext.demo.routes: the demo trains through train.py where it can be had, else through its built-in loop,
 said in one line; a train.py that is given but wrong stays an error. The runner is replaced: nothing trains."""
-import os
 import sys
 from pathlib import Path
 
 import pytest
+from _timm_train import TRAIN_PY
 from conftest import require_timm_script
 
 from timm_ext.cli import main
@@ -14,9 +14,6 @@ from timm_ext.demo.runs import demo_runs
 pytest.importorskip('sklearn', reason='the demo data needs scikit-learn (pip install "timm-ext[demo]")')
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 
 
 @pytest.fixture

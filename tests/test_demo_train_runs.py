@@ -1,16 +1,13 @@
 """timm_ext.demo.train_runs: a train.py run as data, its exact arguments, and its job through the plugin route."""
-import os
 from pathlib import Path
 
 import pytest
+from _timm_train import TRAIN_PY
 from conftest import require_timm_script
 
 from timm_ext.demo.train_runs import TrainRun, train_jobs
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 SETTINGS = ('--num-classes', '10', '--batch-size', '4', '--device', 'cpu', '--seed', '3')
 
 

@@ -19,6 +19,7 @@ import torch
 import yaml
 from _cli import run_cli
 from _threads import same_threads
+from _timm_train import TRAIN_PY
 from _timm_venvs import venv_python
 
 import timm_ext  # noqa: F401  (registers the models)
@@ -659,10 +660,6 @@ def test_roundtrip_every_family_under_timm_1_0_28(tmp_path):
 
 
 # --- public weights the recipes start from ---------------------------------------------------------------------
-
-TRAIN_PY = Path(os.environ.get(
-    'TIMM_EXT_TIMM_TRAIN', REPO.parent / 'shared' / 'timm-train' / 'v1.0.28' / 'train.py')).resolve()
-
 
 @pytest.mark.parametrize('tag', ['vit_base_patch16_224.sam_in1k', 'vit_base_patch32_224.sam_in1k'])
 def test_vit_sam_weights_are_timm_tags(tag):

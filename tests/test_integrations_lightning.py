@@ -7,8 +7,10 @@ out in torch on flat vectors), with the max |diff| asserted; each setting SAM ca
 one line before any weight moves (``timm_ext/integrations/lightning.py``, imported by ``timm_ext``'s autoload when
 Lightning is), accumulation with the manual-optimization pattern that replaces it. Tiny MLP, CPU, a few steps each.
 """
+import copy
 import functools
 import logging
+import warnings
 
 import pytest
 
@@ -32,6 +34,7 @@ from timm_ext.integrations.lightning import (  # noqa: E402
     FP16,
     M_SHARPNESS,
     MANUAL_NO_CLOSURE,
+    UNCOUNTED,
     lightning_problem,
 )
 
@@ -65,8 +68,8 @@ class Classifier(pl.LightningModule):
         x, y = xy
         return F.cross_entropy(self.net(x), y)
 
-    def configure_optimizers(self):
-        sam = create_optimizer_v2(self, self.opt, **self.opt_kwargs)
+    def configure_optimizers(self):  # as docs/integrations.md: timm's groups from the network, SAM knows the module
+        sam = create_optimizer_v2(self.net, self.opt, model=self, **self.opt_kwargs)
         if self.scheduler is None:
             return sam
         return {'optimizer': sam, 'lr_scheduler': {'scheduler': self.scheduler(sam), 'interval': 'step'}}
@@ -149,6 +152,41 @@ def test_plain_equals_closure_loop_bit_for_bit():
     w = fit(Classifier())
     ref, _ = closure_loop()
     assert max_diff(w, ref) == 0.0  # measured 0.0: Lightning's closure is a plain closure, called twice by SAM
+
+
+def _docs_lit_vit() -> type:
+    """The LitViT class of docs/integrations.md's Lightning snippet, as written (the lines before its data)."""
+    from test_docs_integrations import runnable_snippets
+    code = next(c for section, c in runnable_snippets() if section == 'PyTorch Lightning' and 'class LitViT(' in c)
+    names: dict = {}
+    exec(code.split('\ndata = ')[0], names)  # noqa: S102 - the documentation's own text
+    return names['LitViT']
+
+
+def test_docs_snippet_decays_what_timm_decays_and_equals_the_closure_loop_over_the_vit():
+    """The snippet's SAM over a ViT with tokens: timm's weight-decay groups for the ViT (cls_token, pos_embed,
+    norms and biases undecayed), the LightningModule as SAM's model, and 3 steps equal to a closure loop built by
+    timm's factory over the bare ViT, bit for bit."""
+    lit = _docs_lit_vit()()
+    vit = copy.deepcopy(lit.model)
+    sam = lit.configure_optimizers()['optimizer']
+    ref = create_optimizer_v2(vit, 'samadamw', lr=1e-3, weight_decay=0.05, rho=0.05, clip_grad=1.0)
+    decayed = [sum(p.numel() > 0 for p in g['params']) for g in sam.param_groups if g['weight_decay'] > 0]
+    assert decayed == [sum(p.numel() > 0 for p in g['params']) for g in ref.param_groups if g['weight_decay'] > 0]
+    assert decayed == [50] and sam.model is lit
+    x, y = torch.randn(48, 3, 32, 32), torch.randint(0, 10, (48,))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+    trainer(max_steps=3).fit(lit, data)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(ref, T_max=100)
+    for xb, yb in data:
+        def closure(xb=xb, yb=yb):
+            ref.zero_grad()
+            loss = F.cross_entropy(vit(xb), yb)
+            loss.backward()
+            return loss
+        ref.step(closure)
+        sched.step()
+    assert torch.equal(flat(lit.model.parameters()), flat(vit.parameters()))
 
 
 def test_plain_equals_sam_written_in_torch():
@@ -352,6 +390,46 @@ def test_manual_optimization_step_without_closure_refused():
             opt.step()
 
     untouched_after_refusal(Manual(), MANUAL_NO_CLOSURE)
+
+
+class ManualSAM(Classifier):
+    """Manual optimization as docs/integrations.md writes it: SAM's first_step(), the second backward, then
+    ``opt.step()``, which finishes the update and which Lightning counts (or, ``finish='second_step'``, davda54's
+    Lightning tip: ``opt.second_step()``, which trains the same and which Lightning does not count)."""
+
+    def __init__(self, finish: str = 'step'):
+        super().__init__()
+        self.automatic_optimization = False
+        self.finish = finish
+
+    def training_step(self, xy, batch_idx):
+        opt = self.optimizers()
+        x, y = xy
+        self.manual_backward(F.cross_entropy(self.net(x), y))
+        opt.optimizer.first_step()
+        self.manual_backward(F.cross_entropy(self.net(x), y))
+        opt.step() if self.finish == 'step' else opt.second_step()
+        opt.zero_grad()
+
+
+def test_manual_first_step_then_opt_step_is_counted_and_exact():
+    module = ManualSAM()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', UserWarning)
+        warnings.filterwarnings('ignore', message='.*(num_workers|does not have many workers|log_every_n_steps).*')
+        w = fit(module, max_steps=4)
+    ref, _ = closure_loop(steps=4)
+    assert module.trainer.global_step == 4
+    assert torch.equal(w, ref)
+
+
+def test_manual_second_step_warns_once_that_lightning_does_not_count_it():
+    module = ManualSAM(finish='second_step')
+    with pytest.warns(UserWarning) as record:
+        w = fit(module, loader(n=24), max_steps=-1, max_epochs=1)
+    lines = [str(r.message) for r in record if str(r.message) == UNCOUNTED]
+    assert len(lines) == 1 and module.trainer.global_step == 0  # 3 updates taken, none counted
+    assert torch.equal(w, closure_loop(steps=3)[0])
 
 
 def test_other_closures_are_not_lightnings():

@@ -10,7 +10,6 @@ small batch), and the commands of README.md and docs/cli.md. Scripts come from T
 """
 import inspect
 import io
-import os
 import re
 import shlex
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 import torch
 from _cli import run_cli
 from _sam_settings_cases import BAD, GOOD, case_id, factory_error
+from _timm_train import SCRIPTS_DIR, TRAIN_PY, VALIDATE_PY
 from conftest import require_timm_script
 from timm.models.swin_transformer import SwinTransformer
 
@@ -28,10 +28,6 @@ from timm_ext.launch.timm_scripts import load_script_parser
 from timm_ext.recipes import find_recipe, list_recipes, load_paper_values, load_recipe, packaged_row
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-SCRIPTS_DIR = _SCRIPTS.parent if _SCRIPTS.suffix == '.py' else _SCRIPTS
-TRAIN_PY, VALIDATE_PY = SCRIPTS_DIR / 'train.py', SCRIPTS_DIR / 'validate.py'
 KINDS = '.jpeg, .jpg, .png'
 
 
@@ -697,6 +693,63 @@ def test_resume_is_named_with_the_other_problems(train_parser, tmp_path):
     found = check_train_command(train_parser, argv + ['--opt', 'adamw'], cuda_available=False)
     assert found.notes == [f'--resume {adamw}: weights and the state of adamw (plain), epoch 2: train.py continues '
                            f'at epoch 3']
+
+# --- --initial-checkpoint ------------------------------------------------------------------------------
+
+def _weights(path: Path, model: str, **kwargs) -> Path:
+    """A bare state_dict of ``timm.create_model(model, **kwargs)`` (timm's test models: about a megabyte)."""
+    import timm
+
+    torch.save(timm.create_model(model, **kwargs).state_dict(), path)
+    return path
+
+
+def test_initial_checkpoint_of_another_class_count_is_refused_with_the_pretrained_path_route(capsys, tmp_path):
+    """timm's create_model loads --initial-checkpoint strictly into the model of this run's --num-classes: a
+    5-class checkpoint under --num-classes 10 ended in a 19-line size-mismatch traceback after train.py started;
+    refused before, naming the head key, both shapes and train.py's route to fine-tune (which does pass)."""
+    ten = image_folder(tmp_path / 'ten', {'train': 1, 'validation': 1}, classes=10)
+    five = image_folder(tmp_path / 'five', {'train': 1, 'validation': 1}, classes=5)
+    ckpt = _weights(tmp_path / 'five.pth', 'test_vit', num_classes=5)
+    args = ['--model', 'test_vit', '-b', '2', '--device', 'cpu']
+    assert refused(capsys, 'train', *args, '--data-dir', ten, '--num-classes', '10', '--initial-checkpoint', ckpt) == (
+        f'--initial-checkpoint {ckpt}: head.weight is (5, 64) there but (10, 64) in test_vit with --num-classes 10, '
+        f'and train.py loads it strictly (a size mismatch after building the model): to fine-tune, pass --pretrained '
+        f'--pretrained-path {ckpt} instead (it drops a mismatched head)')
+    passes(capsys, 'train', *args, '--data-dir', ten, '--num-classes', '10', '--pretrained', '--pretrained-path', ckpt)
+    passes(capsys, 'train', *args, '--data-dir', five, '--num-classes', '5', '--initial-checkpoint', ckpt)
+    # train.py's own checkpoint (EMA weights first, as timm reads it; DDP's module. prefix; its args Namespace)
+    import argparse
+    state = {f'module.{k}': v for k, v in torch.load(ckpt).items()}
+    saved = tmp_path / 'model_best.pth.tar'
+    torch.save({'state_dict': {}, 'state_dict_ema': state, 'arch': 'test_vit', 'args': argparse.Namespace(lr=0.1)},
+               saved)
+    assert refused(capsys, 'train', *args, '--data-dir', ten, '--num-classes', '10', '--initial-checkpoint',
+                   saved).startswith(f'--initial-checkpoint {saved}: head.weight is (5, 64) there but (10, 64)')
+    passes(capsys, 'train', *args, '--data-dir', five, '--num-classes', '5', '--initial-checkpoint', saved)
+
+
+def test_initial_checkpoint_of_another_model_missing_or_unreadable_is_one_line(capsys, tiny, tmp_path):
+    args = ['--model', 'test_vit', '--data-dir', tiny, '--num-classes', '2', '-b', '2', '--device', 'cpu']
+    resnet = _weights(tmp_path / 'resnet.pth', 'test_resnet', num_classes=2)
+    assert refused(capsys, 'train', *args, '--initial-checkpoint', resnet) == (
+        f'--initial-checkpoint {resnet} does not fit test_vit: 78 model keys missing from it (first: cls_token); '
+        f'92 keys the model does not have (first: conv1.0.weight): is it a checkpoint of test_vit? train.py '
+        f'loads it strictly and would stop after building the model')
+    vit = _weights(tmp_path / 'vit.pth', 'test_vit', num_classes=2, img_size=96)
+    assert refused(capsys, 'train', *args, '--initial-checkpoint', vit) == (
+        f'--initial-checkpoint {vit} does not fit test_vit: pos_embed is (1, 37, 64) there, (1, 101, 64) in the '
+        f'model (1 tensors differ): build the model as the checkpoint was built (--model-kwargs, --img-size), or '
+        f'start from a checkpoint of this model')
+    assert refused(capsys, 'train', *args, '--initial-checkpoint', tmp_path / 'nope.pth') == (
+        f'--initial-checkpoint {tmp_path / "nope.pth"} does not exist: train.py would build the model, then stop '
+        f'(FileNotFoundError); give the weights file to start from')
+    (tmp_path / 'text.pth').write_text('not weights')
+    assert refused(capsys, 'train', *args, '--initial-checkpoint', tmp_path / 'text.pth').startswith(
+        f'--initial-checkpoint {tmp_path / "text.pth"} cannot be read as train.py reads it '
+        f'(timm.models.load_state_dict, weights only): {tmp_path / "text.pth"} is not a PyTorch checkpoint (it is '
+        f'text: \'not weights\')')
+
 
 # --- the arguments themselves (check_train_args, check_validate_args) ------------------------------
 

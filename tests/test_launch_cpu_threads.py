@@ -1,17 +1,12 @@
 """timm_ext.launch.cpu_threads: how many CPU threads a train.py process of ``timm-ext train`` gets, and the child
 really gets them (``OMP_NUM_THREADS`` in its environment, torch's thread count in the child)."""
-import os
 import sys
-from pathlib import Path
 
 import pytest
+from _timm_train import TRAIN_PY
 from conftest import require_timm_script
 
 from timm_ext.launch.cpu_threads import THREAD_VARIABLES, cpu_thread_env, free_cores, free_cpu_threads
-
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else Path(__file__).resolve().parents[2] / 'shared' / 'timm-train' / 'v1.0.28'
-TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 
 
 def threads_of(env):

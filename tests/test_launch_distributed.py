@@ -13,16 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 from _cli import run_cli, train_py_argv
+from _timm_train import SCRIPTS_DIR, TRAIN_PY
 from conftest import require_timm_script
 
 from timm_ext.launch.distributed import Launch, LaunchError, expand_nodelist, resolve_launch
 from timm_ext.recipes import recipes_dir
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-SCRIPTS_DIR = _SCRIPTS.parent if _SCRIPTS.suffix == '.py' else _SCRIPTS
-TRAIN_PY = SCRIPTS_DIR / 'train.py'
 TORCHRUN = [sys.executable, '-m', 'torch.distributed.run']
 RECIPE = REPO / 'recipes' / 'vit-sam' / 'imagenet' / 'vit_s16_sam.yaml'
 

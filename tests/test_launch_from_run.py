@@ -15,15 +15,12 @@ import pytest
 import torch
 from _cli import run_cli
 from _threads import child_threads
+from _timm_train import SCRIPTS_DIR, VALIDATE_PY
 from conftest import require_timm_script
 
 from timm_ext.launch.from_run import RunError, RunSettings, run_checkpoint, validate_args_from_run
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-SCRIPTS_DIR = _SCRIPTS.parent if _SCRIPTS.suffix == '.py' else _SCRIPTS
-VALIDATE_PY = SCRIPTS_DIR / 'validate.py'
 
 TRAIN_ARGS = {
     'model': 'vit_tiny_cb', 'model_kwargs': {'img_size': 16, 'patch_size': 4, 'embed_dim': 32, 'depth': 2,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from _cli import run_cli, train_py_argv
+from _timm_train import SCRIPTS_DIR, TRAIN_PY
 from conftest import require_timm_script
 
 from timm_ext.launch.global_batch import (
@@ -21,10 +22,6 @@ from timm_ext.launch.global_batch import (
 from timm_ext.recipes import find_recipe, load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-SCRIPTS_DIR = _SCRIPTS.parent if _SCRIPTS.suffix == '.py' else _SCRIPTS
-TRAIN_PY = SCRIPTS_DIR / 'train.py'
 VIT_SAM = 'vit-sam/imagenet/vit_s16_sam'
 CB = 'context-broadcasting/imagenet/vit_small_cb'
 

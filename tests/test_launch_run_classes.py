@@ -17,14 +17,12 @@ import pytest
 import torch
 from _cli import run_cli
 from _threads import same_threads
+from _timm_train import VALIDATE_PY
 from conftest import require_timm_script
 
 from timm_ext.launch.run_classes import folder_classes, write_class_map
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-VALIDATE_PY = (_SCRIPTS.parent if _SCRIPTS.suffix == '.py' else _SCRIPTS) / 'validate.py'
 
 MODEL_KWARGS = {'img_size': 16, 'patch_size': 4, 'embed_dim': 32, 'depth': 2, 'num_heads': 2, 'stem': 'conv'}
 # the colour of each class's images: far apart, so that a head of class centroids tells them apart

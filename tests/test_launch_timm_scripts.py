@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from _cli import run_cli, train_py_argv
+from _timm_train import SCRIPTS_DIR
 from conftest import require_timm_script
 from PIL import Image
 
@@ -466,9 +467,8 @@ def test_remember_false_caches_no_neighbour(tmp_path, fake_table):
     assert not (tmp_path / 'cache').exists()
 
 
-# timm's real scripts: $TIMM_EXT_TIMM_TRAIN (read before the fixtures clear it) or ../shared's v1.0.28
-_REAL = Path(os.environ['TIMM_EXT_TIMM_TRAIN']) if os.environ.get('TIMM_EXT_TIMM_TRAIN') else SHARED / 'v1.0.28'
-REAL_DIR = _REAL.parent if _REAL.suffix == '.py' else _REAL
+# timm's real scripts: $TIMM_EXT_TIMM_TRAIN (read at import, before the fixtures clear it) or ../shared's v1.0.28
+REAL_DIR = SCRIPTS_DIR
 
 
 def _real_release(name: str) -> Path:

@@ -15,14 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _timm_train import TRAIN_PY
 
 from timm_ext.launch import train_py_hooks
 from timm_ext.launch.train_py_hooks import is_train_py, random_state, set_random_state
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 
 
 def _draws():

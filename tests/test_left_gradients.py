@@ -274,12 +274,53 @@ def test_davda54s_convention_warns_about_buffers_only_where_the_closure_has_batc
             _davda54_closure_loop(optimizer, model, steps=1)
 
 
+@pytest.mark.filterwarnings('default:SAM does not know the model')
+@pytest.mark.parametrize('helpers', [True, False])
+def test_davda54s_example_is_warned_only_when_its_second_pass_moves_the_statistics(helpers):
+    """davda54/sam's example/train.py (docs/sam.md's block, as written) sets BatchNorm's momentum to 0 for the pass
+    at w + e: nothing moves there, so SAM, not given the model, has nothing to warn about; without the helpers the
+    statistics move in both passes, and SAM says so once."""
+    blocks = _doc_blocks()['davda54/sam']
+    loop = blocks[3] if helpers else blocks[3].replace('disable_running_stats(model)', 'pass')
+    with (_no_warning() if helpers else pytest.warns(UserWarning, match='updated by both passes')) as record:
+        _run(blocks[:1] + [loop], 1, mlp(bn=True))
+    if not helpers:
+        assert len([r for r in record if 'SAM does not know the model' in str(r.message)]) == 1
+
+
+def _asam_constructor(blocks: List[str], form: str) -> List[str]:
+    """docs/sam.md's davda54/sam constructor block as ASAM (``rho=2.0, adaptive=True``), in davda54/sam's form or
+    over an optimizer instance."""
+    if form == 'davda54':
+        call = 'SAM(model.parameters(), base_optimizer, rho=2.0, adaptive=True, lr=0.1, momentum=0.9)'
+    else:
+        call = 'SAM(base_optimizer(model.parameters(), lr=0.1, momentum=0.9), rho=2.0, adaptive=True)'
+    constructor = re.sub(r'SAM\(model\.parameters\(\), base_optimizer, lr=0\.1, momentum=0\.9\)', call, blocks[0])
+    assert call in constructor
+    return [constructor] + blocks[1:]
+
+
+def test_asam_in_davda54s_constructor_form_is_davda54s_asam():
+    """``SAM(params, SGD, adaptive=True)`` as davda54/sam (and pytorch-optimizer) write ASAM: T = |w| (eta 0),
+    equal to ASAM from the algorithm and to pytorch-optimizer's through the same loop; over an optimizer instance
+    (timm's factory's form) SAM keeps the ASAM paper's eta=0.01, which moves elsewhere."""
+    blocks = _asam_constructor(_doc_blocks()['davda54/sam'], 'davda54')
+    ours = _run(blocks, 1, mlp())
+    theirs = _run(blocks, 1, mlp(), sam_class=pytorch_optimizer.SAM)
+    assert relative_l2(ours, reference(mlp(), _SGD, _ce, rho=2.0, eta=0.0)) <= RELATIVE_L2
+    assert relative_l2(ours, theirs) <= RELATIVE_L2
+    paper = _run(_asam_constructor(_doc_blocks()['davda54/sam'], 'instance'), 1, mlp())
+    assert relative_l2(paper, reference(mlp(), _SGD, _ce, rho=2.0, eta=0.01)) <= RELATIVE_L2
+    assert relative_l2(paper, ours) > 1e-4
+
+
 class _no_warning:
     def __enter__(self):
         import warnings
         self._catch = warnings.catch_warnings()
         self._catch.__enter__()
         warnings.simplefilter('error')
+        return []
 
     def __exit__(self, *exc):
         self._catch.__exit__(*exc)

@@ -19,6 +19,8 @@ import torch
 import yaml
 from _sam_settings_cases import BAD, GOOD, case_id, factory_error
 from _threads import child_threads
+from _timm_train import GIVEN as TIMM_TRAIN_GIVEN
+from _timm_train import TRAIN_PY
 from conftest import require_timm_script
 
 from timm_ext.optim import SAM_BASES
@@ -26,11 +28,9 @@ from timm_ext.recipes import check_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / 'recipes' / 'examples' / 'sam_minimal.yaml'
-TRAIN_PY = Path(os.environ.get(
-    'TIMM_EXT_TIMM_TRAIN', REPO.parent / 'shared' / 'timm-train' / 'v1.0.28' / 'train.py')).resolve()
 _TIMM_VERSION = tuple(int(p) for p in timm.__version__.split('.')[:3] if p.isdigit())
 # the default script is timm v1.0.28's: it imports timm.task names that older timm versions lack
-TRAIN_PY_TOO_NEW = 'TIMM_EXT_TIMM_TRAIN' not in os.environ and _TIMM_VERSION < (1, 0, 28)
+TRAIN_PY_TOO_NEW = not TIMM_TRAIN_GIVEN and _TIMM_VERSION < (1, 0, 28)
 # train.py logs type(optimizer).__name__: for 'samadamw' the class timm's registry holds (the SAM family's)
 CREATED_SAM = 'Created SAMAdamW (samadamw) optimizer'  # timm's registry holds one class per name
 

@@ -5,11 +5,11 @@ import copy
 import csv
 import functools
 import importlib
-import os
 from pathlib import Path
 
 import pytest
 import yaml
+from _timm_train import TRAIN_PY
 from conftest import require_timm_script
 
 from timm_ext import recipes
@@ -35,9 +35,6 @@ from timm_ext.recipes import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-_ENV = os.environ.get('TIMM_EXT_TIMM_TRAIN')
-_SCRIPTS = Path(_ENV) if _ENV else REPO.parent / 'shared' / 'timm-train' / 'v1.0.28'
-TRAIN_PY = _SCRIPTS if _SCRIPTS.suffix == '.py' else _SCRIPTS / 'train.py'
 needs_train_py = pytest.mark.skipif(
     not TRAIN_PY.is_file(), reason=f'timm\'s train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')
 

@@ -20,7 +20,8 @@ import timm
 import yaml
 from _cli import run_cli
 from _threads import child_threads
-from test_recipes import CREATED_SAM, REPO, TRAIN_PY, TRAIN_PY_TOO_NEW, make_image_folder
+from _timm_train import TRAIN_PY
+from test_recipes import CREATED_SAM, REPO, TRAIN_PY_TOO_NEW, make_image_folder
 
 from timm_ext.recipes import (
     INDEX_MARKERS,

@@ -12,7 +12,7 @@ import contextlib
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, ContextManager, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -20,7 +20,7 @@ import torch.nn as nn
 from timm_ext.hub._format import SAFETENSORS, TAR, checkpoint_format, pickled_globals
 from timm_ext.load_errors import HubError, first_line
 
-__all__ = ['Checkpoint', 'load_checkpoint', 'load_weights']
+__all__ = ['Checkpoint', 'load_checkpoint', 'load_weights', 'train_args_allowed']
 
 _PREFIXES = ('module.', '_orig_mod.')  # DistributedDataParallel, torch.compile
 # train.py arguments (dest, create_model name) that shape the model (drop rates and bn_momentum: training only)
@@ -109,15 +109,8 @@ def _torch_load(path: Path, fmt: str) -> Any:
     if fmt == TAR:
         raise HubError(f'{path} is a torch < 0.4 checkpoint (a tar archive), which torch.load(weights_only=True) '
                        f'cannot read: in a session you trust, load it and save its state_dict() with torch.save')
-    # train.py stores its argparse.Namespace: the one non-tensor object allowed besides containers
-    safe_globals = getattr(torch.serialization, 'safe_globals', None)
-    if safe_globals is None:  # torch 2.4: only the global allow-list exists
-        torch.serialization.add_safe_globals([argparse.Namespace])
-        context = contextlib.nullcontext()
-    else:
-        context = safe_globals([argparse.Namespace])
     try:
-        with context, path.open('rb') as f:  # a file object: torch.load may dispatch a path on its suffix
+        with train_args_allowed(), path.open('rb') as f:  # a file object: torch.load may dispatch a path on its suffix
             return torch.load(f, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as e:  # refused objects, or a pickle cut short: its opcodes tell which
         objects = pickled_globals(path, fmt)
@@ -130,6 +123,16 @@ def _torch_load(path: Path, fmt: str) -> Any:
         raise _unreadable(path, _CUT_PICKLE) from None
     except Exception as e:  # RuntimeError of a missing or cut tensor record
         raise _unreadable(path, f'truncated or corrupt: {first_line(e)}') from None
+
+
+def train_args_allowed() -> ContextManager[None]:
+    """Meanwhile, ``torch.load(weights_only=True)`` also takes the ``argparse.Namespace`` train.py saves under
+    ``args``: the one non-tensor object allowed besides containers (timm < 1.0.28's readers do not allow it)."""
+    safe_globals = getattr(torch.serialization, 'safe_globals', None)
+    if safe_globals is None:  # torch 2.4: only the global allow-list exists
+        torch.serialization.add_safe_globals([argparse.Namespace])
+        return contextlib.nullcontext()
+    return safe_globals([argparse.Namespace])
 
 
 def _unreadable(path: Path, why: str) -> HubError:

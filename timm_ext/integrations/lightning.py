@@ -14,7 +14,9 @@ arguments (the ``LightningModule``'s ``.trainer``), never guessed. Refused here:
   turns the ascent direction e (clipping by norm keeps it, and equals SAM's own ``clip_grad``);
 * ``gradient_clip_val`` under GSAM / LookSAM: their update also reads the first-pass gradient Lightning clipped;
 * ``m_sharpness``: Lightning's closure cannot take the ``chunk`` that cuts its batch;
-* manual optimization's ``opt.step()`` without a closure: nothing to re-evaluate at w + e;
+* manual optimization's ``opt.step()`` without a closure: nothing to re-evaluate at w + e (after SAM's own
+  ``first_step()`` that step finishes the update instead, and Lightning counts it: ``finishes_manual_step``;
+  ``second_step()`` called instead is warned once, since Lightning does not count it: ``uncounted_second_step``);
 * ``accumulate_grad_batches > 1``: Lightning runs the window's earlier micro-batches outside ``step`` and hands
   SAM a closure for the last one only, so SAM could not re-evaluate the window at w + e. The message names the
   Lightning pattern that can (manual optimization, a closure over the kept window; docs/integrations.md). This
@@ -34,10 +36,15 @@ import functools
 import sys
 from typing import Any, Callable, Iterator, Optional
 
-from timm_ext.optim.framework_checks import register_closure_check, register_stepless_check
+from timm_ext.optim.framework_checks import (
+    register_closure_check,
+    register_finishing_closure,
+    register_stepless_check,
+    register_uncounted_check,
+)
 
 __all__ = ['ACCUMULATE', 'CLIP_VALUE', 'CLIP_VARIANT', 'DEEPSPEED', 'FP16', 'M_SHARPNESS', 'MANUAL_NO_CLOSURE',
-           'lightning_problem']
+           'UNCOUNTED', 'finishes_manual_step', 'lightning_problem', 'uncounted_second_step']
 
 _PREFIX = 'SAM under PyTorch Lightning: '
 CLIP_VALUE = (
@@ -53,7 +60,11 @@ M_SHARPNESS = (
 MANUAL_NO_CLOSURE = (
     _PREFIX + "manual optimization's opt.step() without a closure leaves SAM nothing to re-evaluate at w + e: "
     "call opt.step(closure=fn) (fn zeroes the grads, runs manual_backward and returns the loss), or "
-    "opt.optimizer.first_step() / second_step() around a second forward-backward")
+    "opt.optimizer.first_step() before a second forward-backward and then opt.step()")
+UNCOUNTED = (
+    _PREFIX + "manual optimization counts opt.step(), not SAM's second_step(), so trainer.global_step does not "
+    "advance and max_steps never ends the run: after the second manual_backward call opt.step() (it finishes the "
+    "update first_step() began) instead of second_step()")
 FP16 = (
     _PREFIX + "precision='16-mixed' runs the closure itself and then GradScaler.step(optimizer) without it, so "
     "SAM cannot evaluate the loss at w + e: use precision='bf16-mixed' (or '32-true')")
@@ -130,6 +141,31 @@ def _is_do_nothing_closure(inner: Any) -> bool:
     return False
 
 
+def finishes_manual_step(closure: Any) -> bool:
+    """Manual optimization's ``opt.step()`` without a closure: Lightning's closure around its do-nothing one, which
+    runs no pass (after ``first_step()`` it finishes SAM's update, and Lightning counts the step)."""
+    module = _lightning_module_of(closure)
+    inner = closure.args[2] if module is not None and len(closure.args) > 2 else None
+    return module is not None and not getattr(module, 'automatic_optimization', True) and _is_do_nothing_closure(inner)
+
+
+def uncounted_second_step(optimizer: Any) -> Optional[str]:
+    """UNCOUNTED for ``second_step()`` called on Lightning's wrapper (``self.optimizers()``), or on a SAM whose model
+    is a LightningModule under manual optimization on a trainer; else None."""
+    for name, _ in _lightning_roots():
+        wrapper = getattr(sys.modules.get(f'{name}.core.optimizer'), 'LightningOptimizer', None)
+        if wrapper is not None and isinstance(optimizer, wrapper):
+            return UNCOUNTED
+    model = getattr(optimizer, 'model', None)
+    if not any(isinstance(model, root.LightningModule) for _, root in _lightning_roots()):
+        return None
+    try:
+        model.trainer  # noqa: B018  (raises when not attached to a Trainer)
+    except RuntimeError:
+        return None
+    return None if getattr(model, 'automatic_optimization', True) else UNCOUNTED
+
+
 def _stepped_without_closure(model: Any) -> Optional[str]:
     """FP16 or DEEPSPEED when ``model`` is a LightningModule whose trainer's precision plugin never passes SAM the
     closure (fp16 ``MixedPrecision`` / ``FSDPPrecision`` with a GradScaler, ``DeepSpeedPrecision``)."""
@@ -149,3 +185,5 @@ def _stepped_without_closure(model: Any) -> Optional[str]:
 
 register_closure_check(lightning_problem)
 register_stepless_check(lambda optimizer: lightning_problem(None, optimizer))
+register_finishing_closure(finishes_manual_step)
+register_uncounted_check(uncounted_second_step)

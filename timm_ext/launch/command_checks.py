@@ -28,6 +28,9 @@ train.py:
   partial batch), and ``aug_repeats`` on one process (timm's loader asserts);
 * a packaged paper recipe run at another global batch than its paper's: refused with the fix, or, with
   ``allow_batch_change``, a one-line warning;
+* ``--initial-checkpoint``: a file that is missing or that timm cannot read, or weights that the model train.py
+  builds cannot take strictly: a head of another class count (fine-tuning goes through ``--pretrained
+  --pretrained-path``) or another architecture (:mod:`timm_ext.launch.initial_checkpoint`);
 * ``--resume``: a checkpoint of another model than ``--model``, or whose optimizer state belongs to another
   optimizer than this run's;
 * DDP on the CPU with a train.py that passes ``device_ids`` (:func:`ddp_on_cpu_problems`: the one check that
@@ -59,6 +62,7 @@ from timm_ext.launch.image_folder import (
     is_folder_dataset,
     split_folder,
 )
+from timm_ext.launch.initial_checkpoint import initial_checkpoint_problems
 from timm_ext.launch.input_size import input_size_problems, meta_model
 from timm_ext.launch.timm_scripts import TimmScript, ddp_passes_device_ids, script_args
 from timm_ext.recipes.checks import (
@@ -117,6 +121,7 @@ def check_train_command(
     in_recipe = config.get('model') == args.model
     problems += _model_problems(args.model, modules, script_dir, in_recipe, '--device-modules', 'train.py')
     problems += input_size_problems(args, config)
+    problems += initial_checkpoint_problems(args)
     problems += _train_data_problems(args, processes)
     problems += _aug_repeats_problems(args, config, processes)
     warnings = _cpu_amp_warnings(args)

@@ -82,13 +82,17 @@ def window_reverse_nchw(tokens: torch.Tensor, like: torch.Tensor, window_size: i
 def windows_to_raster_rows(out: torch.Tensor, like: torch.Tensor, window_size: int) -> torch.Tensor:
     """Attention output (B * nW, N, heads, head_dim), any strides, over the windows of
     ``window_partition_nchw(like, window_size)`` -> (B * Hp * Wp, heads * head_dim) rows in raster order
-    (batch, row, column) of the padded map, in one copy."""
+    (batch, row, column) of the padded map, in one copy whatever the strides.
+
+    Always a copy, never a view: with a single window a reshape would be a view for SDPA's CPU kernel's
+    token-major output and a copy for head-major strides, and torch.onnx's default exporter traces SDPA with
+    either in different passes (a baked-in view then fails: 'Failed to decompose the FX graph')."""
     B, _, H, W = like.shape
     ws = window_size
     nh, nw = (H + ws - 1) // ws, (W + ws - 1) // ws
     heads, head_dim = out.shape[-2:]
-    x = out.reshape(B, nh, nw, ws, ws, heads, head_dim).permute(0, 1, 3, 2, 4, 5, 6)
-    return x.reshape(B * nh * ws * nw * ws, heads * head_dim)
+    x = out.reshape(B, nh, nw, ws, ws, heads, head_dim).permute(0, 1, 3, 2, 4, 5, 6)  # splits dims only: a view
+    return x.clone(memory_format=torch.contiguous_format).view(B * nh * ws * nw * ws, heads * head_dim)
 
 
 @register_notrace_function  # reason: the window counts and padding follow the input size

@@ -30,7 +30,7 @@ from timm.layers import (
     create_conv2d,
     register_notrace_function,
 )
-from timm.models import checkpoint_seq, generate_default_cfgs, register_model
+from timm.models import FeatureListNet, checkpoint_seq, generate_default_cfgs, register_model
 from timm.models.resnetv2 import DownsampleConv, PreActBasic, PreActBottleneck
 
 from timm_ext._timm_compat import feature_take_indices
@@ -43,7 +43,8 @@ from timm_ext.models._cfgs import model_cfg
 from timm_ext.models._head import head_like_model
 from timm_ext.models.alternet_convert import convert_official_alternet, is_official_alternet_state_dict
 
-__all__ = ['AlterNet', 'LocalMsaBlock', 'alternet_msa_indices']  # model_registry will add each entrypoint fn to this
+# model_registry will add each entrypoint fn to this
+__all__ = ['AlterNet', 'AlterNetFeatureList', 'LocalMsaBlock', 'alternet_msa_indices']
 
 CIFAR100_MEAN = (0.5071, 0.4867, 0.4408)
 CIFAR100_STD = (0.2675, 0.2565, 0.2761)
@@ -275,11 +276,13 @@ class AlterNet(nn.Module):
 
         norm_act_layer = partial(BatchNormAct2d, act_layer='relu')
         self.stem = _create_stem(stem_type, in_chans, stem_chs, **dd)
-        stride = 1 if stem_type == 'cifar' else 4
+        # level 0 is the stem conv's output (before the ImageNet stem's max-pool), as timm's pre-activation
+        # ResNetV2 ('stem.conv'), so that resnet50's out_indices pick the same reductions
+        stem_reduction, stride = (1, 1) if stem_type == 'cifar' else (2, 4)
 
         block_dprs = calculate_drop_path_rates(drop_path_rate, list(layers), stagewise=True)
         conv_kwargs = dict(conv_layer=create_small_map_conv2d, norm_layer=norm_act_layer)
-        self.feature_info = []
+        self.feature_info = [dict(num_chs=stem_chs, reduction=stem_reduction, module='stem.conv')]
         stages = []
         prev_chs = stem_chs
         for stage_idx, (n, m, out_chs, heads) in enumerate(zip(layers, msa_blocks, channels, num_heads)):
@@ -336,11 +339,12 @@ class AlterNet(nn.Module):
             output_fmt: str = 'NCHW',
             intermediates_only: bool = False,
     ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
-        """ Forward features that returns the output of the chosen stages (index i = stage i + 1).
+        """ Forward features that returns intermediates: index 0 is the stem conv's output, index i the output of
+        stage i - 1 (the levels of ``feature_info``, as timm's ResNetV2).
 
         Args:
             x: Input image tensor.
-            indices: Take last n stages if int, all if None, select matching indices if sequence.
+            indices: Take last n levels if int, all if None, select matching indices if sequence.
             norm: Apply the final norm (BN + ReLU) to the last stage's output.
             stop_early: Stop iterating over stages when the last desired intermediate is hit.
             output_fmt: Only 'NCHW'.
@@ -349,14 +353,18 @@ class AlterNet(nn.Module):
         if output_fmt != 'NCHW':
             raise ValueError(f"output_fmt must be 'NCHW', got {output_fmt!r}.")
         intermediates = []
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        last_idx = len(self.stages) - 1
-        stages = self.stages if torch.jit.is_scripting() or not stop_early else self.stages[:max_index + 1]
+        take_indices, max_index = self._take_indices(indices, 'indices')
+        last_idx = len(self.stages)
+        stages = self.stages if torch.jit.is_scripting() or not stop_early else self.stages[:max_index]
 
         x_in = x
-        x = self.stem(self._to_trunk_format(x))
+        x = self._to_trunk_format(x)
+        for i, layer in enumerate(self.stem):
+            x = layer(x)
+            if i == 0 and 0 in take_indices:  # the stem conv, before the ImageNet stem's max-pool
+                intermediates.append(_memory_format_like(x, x_in))
         feat_idx = 0
-        for feat_idx, stage in enumerate(stages):
+        for feat_idx, stage in enumerate(stages, start=1):
             x = stage(x)
             if feat_idx in take_indices:
                 feat = self.norm(x) if norm and feat_idx == last_idx else x
@@ -374,14 +382,26 @@ class AlterNet(nn.Module):
             prune_norm: bool = False,
             prune_head: bool = True,
     ) -> List[int]:
-        """ Drop the stages (and optionally norm and head) not needed for ``indices``. """
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        self.stages = self.stages[:max_index + 1]
-        if prune_norm:
-            self.norm = nn.Identity()
-        if prune_head:
+        """ Drop the stages (and the norm and head when they no longer fit, or when asked) not needed for
+        ``indices``. """
+        take_indices, max_index = self._take_indices(indices, 'indices')
+        prune_end = max_index < len(self.stages)
+        if prune_norm or prune_end:
+            self.norm = nn.Identity()  # sized for (and applied to) the last stage only
+        self.stages = self.stages[:max_index]
+        if max_index == 0:
+            self.stem = self.stem[:1]  # the stem feature is taken before the ImageNet stem's max-pool
+        if prune_end:
+            self.num_features = self.head_hidden_size = self.feature_info[max_index]['num_chs']
+        if prune_head or prune_end:
             self.reset_classifier(0, '')
         return take_indices
+
+    @torch.jit.ignore
+    def _take_indices(self, indices: Optional[Union[int, Sequence[int]]], arg: str) -> Tuple[List[int], int]:
+        levels = self.feature_info[:len(self.stages) + 1]  # the stem and the stages left after pruning
+        _check_feature_indices(levels, indices, arg)
+        return feature_take_indices(len(levels), indices)
 
     def _to_trunk_format(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
@@ -402,6 +422,30 @@ class AlterNet(nn.Module):
         return self.forward_head(self._forward_trunk(x))
 
 
+def _check_feature_indices(
+        feature_info: Sequence[Dict[str, Any]], indices: Optional[Union[int, Sequence[int]]], arg: str) -> None:
+    """A one-line ValueError naming the levels (module, reduction, channels) when ``indices`` (n: the last n
+    levels; a sequence: the levels, negative from the end) asks for a level ``feature_info`` does not have.
+    timm's own check is a bare IndexError (``features_only``) or an assert (``forward_intermediates``)."""
+    n = len(feature_info)
+    if indices is None or (0 < indices <= n if isinstance(indices, int) else all(-n <= i < n for i in indices)):
+        return
+    levels = ', '.join(
+        f'{i} {f["module"]} (reduction {f["reduction"]}, {f["num_chs"]} chs)' for i, f in enumerate(feature_info))
+    raise ValueError(
+        f'{arg}={indices!r} is out of range: this AlterNet has {n} feature levels, {levels}; use indices 0 to '
+        f'{n - 1} (negative ones count from the end) or an int n <= {n} for the last n.')
+
+
+class AlterNetFeatureList(FeatureListNet):
+    """ timm's ``FeatureListNet`` (what ``features_only=True`` builds) that names AlterNet's feature levels when
+    ``out_indices`` asks for one the model does not have, instead of timm's bare IndexError. """
+
+    def __init__(self, model: AlterNet, out_indices: Union[int, Tuple[int, ...]] = (0, 1, 2, 3, 4), **kwargs) -> None:
+        _check_feature_indices(model.feature_info, out_indices, 'out_indices')
+        super().__init__(model, out_indices=out_indices, **kwargs)
+
+
 def checkpoint_filter_fn(state_dict: Dict[str, Any], model: AlterNet) -> Dict[str, torch.Tensor]:
     """Accept our layout as is and the official code's layout (a bare or ``{'state_dict': ...}`` checkpoint)."""
     if 'state_dict' in state_dict and not torch.is_tensor(state_dict['state_dict']):
@@ -417,7 +461,7 @@ def _create_alternet(variant: str, pretrained: bool = False, **kwargs) -> AlterN
         variant,
         pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(flatten_sequential=True, out_indices=(0, 1, 2, 3)),
+        feature_cfg=dict(flatten_sequential=True, feature_cls=AlterNetFeatureList),
         **kwargs,
     )
 

@@ -6,15 +6,18 @@ layer decay or a checkpoint sees one optimizer; torch's hook tables and step wra
 """
 import difflib
 import inspect
+import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
 from timm_ext.optim.sharded import refuse_flat_parameters
 
-__all__ = ['WrappedOptimizer', 'build_base_optimizer', 'check_keywords', 'check_model', 'keyword_names']
+__all__ = ['WrappedOptimizer', 'build_base_optimizer', 'check_keywords', 'check_model', 'check_steps_alone',
+           'keyword_names', 'step_state_keys']
 
 # torch.optim.Optimizer's hook tables (Optimizer.__init__ is not called: the groups are the base optimizer's)
 _HOOK_TABLES = ('_optimizer_step_pre_hooks', '_optimizer_step_post_hooks', '_optimizer_state_dict_pre_hooks',
@@ -69,11 +72,13 @@ def build_base_optimizer(params: Any, base_optimizer: Any, base_kwargs: Dict[str
             given = ', '.join(sorted(base_kwargs)) or f'base_optimizer={extra!r}'
             raise ValueError(f'SAM got an optimizer instance and also base-optimizer arguments ({given}); '
                              f'pass either an instance, or params plus an optimizer class and its arguments')
+        check_steps_alone(type(instance), family)
         base = instance
     elif isinstance(base_optimizer, type) and issubclass(base_optimizer, Optimizer) and params is not None:
         names = keyword_names(base_optimizer)
         if names is not None:
             check_keywords(base_kwargs, family, own, base_optimizer.__name__, names)
+        check_steps_alone(base_optimizer, family)
         base = base_optimizer(params, **base_kwargs)
     else:
         raise ValueError(
@@ -84,6 +89,46 @@ def build_base_optimizer(params: Any, base_optimizer: Any, base_kwargs: Dict[str
     if hasattr(base, 'base_optimizer') and hasattr(base, 'perturb'):
         raise ValueError('SAM cannot wrap another SAM optimizer')
     return base
+
+
+def check_steps_alone(optimizer_class: type, family: str = 'SAM') -> None:
+    """SAM calls its base optimizer's ``step()`` once per update, on the gradient at hand: an optimizer whose step
+    requires an argument (LBFGS's ``closure``: a line search that re-evaluates the loss many times per step) would
+    fail at the first step with torch's TypeError. Read from the signature, so every such optimizer is refused,
+    not only torch's LBFGS."""
+    parameters = list(inspect.signature(optimizer_class.step).parameters.values())[1:]  # after self
+    required = [p.name for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if required:
+        raise ValueError(f'{family} cannot wrap {optimizer_class.__name__}: its step({", ".join(required)}) needs '
+                         f'a closure that re-evaluates the loss many times per step, and {family}\'s base optimizer '
+                         f'must take one step from the gradient at hand; wrap an optimizer whose closure is optional '
+                         f'(torch.optim.SGD, AdamW, or any of timm\'s)')
+
+
+# hyperparameters that pick a kernel or a device, not what a step keeps: the CPU defaults for the probe's step
+_KERNEL_KEYS = {'foreach': None, 'fused': None, 'capturable': False, 'differentiable': False}
+_PROBE_SIDE = 256  # a probe parameter's dims at most this long: an optimizer that factors large dims still does
+
+
+def step_state_keys(optimizer_class: type, group: Dict[str, Any], like: torch.Tensor) -> Optional[Tuple[str, ...]]:
+    """The per-parameter state keys ``optimizer_class`` keeps after one step on a parameter like ``like`` (its
+    dtype, its dims up to ``_PROBE_SIDE``) in a param group with ``group``'s hyperparameters, in the order it writes
+    them; None when the probe cannot run. A scratch optimizer on a scratch CPU tensor with a zero gradient: nothing
+    of the caller's is touched."""
+    probe = torch.zeros([min(side, _PROBE_SIDE) for side in like.shape], dtype=like.dtype, requires_grad=True)
+    probe.grad = torch.zeros_like(probe)
+    hyper = {k: v for k, v in group.items() if k not in ('params', 'param_names')}
+    names = keyword_names(optimizer_class) or ()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            optimizer = optimizer_class([probe], **{k: hyper[k] for k in names if k in hyper and k not in _KERNEL_KEYS})
+            probe_group = optimizer.param_groups[0]
+            probe_group.update(hyper, **{k: v for k, v in _KERNEL_KEYS.items() if k in probe_group})
+            optimizer.step()
+    except Exception:  # an optimizer that needs more than a group (sparse gradients, a wrapped optimizer)
+        return None
+    return tuple(optimizer.state[probe])
 
 
 def check_model(model: Optional[Any], family: str = 'SAM') -> None:

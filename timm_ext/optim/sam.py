@@ -17,6 +17,7 @@ A plain fp32 step enters only what it uses: fp16 loss scaling, m-sharpness, shar
 framework's refusals (asked once per kind of closure) and a variant's hooks (None here) enter when configured or met.
 """
 import warnings
+import weakref
 from contextlib import nullcontext
 from functools import partial
 from typing import Any, Callable, ClassVar, Dict, List, Optional
@@ -27,20 +28,21 @@ from torch.random import fork_rng
 
 from timm_ext.optim import sam_functional
 from timm_ext.optim.base_optimizer import WrappedOptimizer, check_model
-from timm_ext.optim.framework_checks import refuse_closure, stepless_problem
+from timm_ext.optim.batch_norm_watch import BatchNormWatch
+from timm_ext.optim.framework_checks import closure_finishes, refuse_closure, stepless_problem, warn_if_uncounted
 from timm_ext.optim.left_gradients import LeftGradients
 from timm_ext.optim.loss_scaling import LossScaling, SecondPassScaler, explicit_scaling, scaling_for
 from timm_ext.optim.m_sharpness import chunked_closure_step
-from timm_ext.optim.sam_checkpoint import load_sam_state, sam_state_dict
-from timm_ext.optim.sam_errors import FINISH_ONLY, HOW_TO_USE, NO_MODEL, NoSecondPassError
+from timm_ext.optim.sam_checkpoint import SAMCheckpointing
+from timm_ext.optim.sam_errors import FINISH_ONLY, HOW_TO_USE, NO_MODEL, UNKNOWN_MODEL, NoSecondPassError
 from timm_ext.optim.sam_functional import sam_perturb_, sam_restore_
-from timm_ext.optim.sam_settings import SAM_RHO, SAMSettings
+from timm_ext.optim.sam_settings import ASAM_ETA, SAM_RHO, SAMSettings
 from timm_ext.optim.sharded import global_norm, is_sharded, local, zero_gradient
 
 __all__ = ['SAM']
 
 
-class SAM(WrappedOptimizer):
+class SAM(SAMCheckpointing, WrappedOptimizer):
     """ Sharpness-Aware Minimization around any torch/timm optimizer.
 
     Args:
@@ -48,7 +50,8 @@ class SAM(WrappedOptimizer):
         base_optimizer: davda54/sam style: the optimizer class, built as ``base_optimizer(params, **base_kwargs)``.
         rho: neighbourhood radius; a param group may carry its own ``rho``.
         adaptive: ASAM (scale-invariant neighbourhood ``T = |w| + eta``); per group allowed.
-        eta: ASAM's offset in ``T``; per group allowed.
+        eta: ASAM's offset in ``T``; per group allowed. None: 0.01 (the ASAM paper's), 0 in davda54/sam's constructor
+            form (``SAM(params, SGD, adaptive=True)``), whose ASAM (and pytorch-optimizer's) has ``T = |w|``.
         clip_grad: clip the gradient SAM applies (the second-pass one); None for no clipping.
         clip_mode: 'norm', 'value' or 'agc' (timm's ``dispatch_clip_grad``); 'agc' leaves the head out.
         model: module whose buffers (BatchNorm statistics) keep their first-pass values and whose head AGC
@@ -79,7 +82,7 @@ class SAM(WrappedOptimizer):
             base_optimizer: Optional[type] = None,
             rho: float = SAM_RHO,
             adaptive: bool = False,
-            eta: float = 0.01,
+            eta: Optional[float] = None,
             clip_grad: Optional[float] = None,
             clip_mode: str = 'norm',
             model: Optional[nn.Module] = None,
@@ -87,6 +90,8 @@ class SAM(WrappedOptimizer):
             m_sharpness: Optional[int] = None,
             **base_kwargs: Any,
     ) -> None:
+        if eta is None:  # code written for davda54/sam gets davda54/sam's ASAM
+            eta = 0.0 if isinstance(base_optimizer, type) else ASAM_ETA
         given = dict(rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode,
                      interval=interval, m_sharpness=m_sharpness)
         names = self.Settings.init_names()  # a family's own settings arrive through **base_kwargs
@@ -111,7 +116,10 @@ class SAM(WrappedOptimizer):
         self.second_pass = SecondPassScaler()  # fp16 under torch's attribute contract: the second pass's scaler
         self.left = LeftGradients([p for group in self.param_groups for p in group['params']])  # closure conventions
         self._closure_checked: Any = None  # the kind of closure the framework checks found nothing wrong with
-        self._moves_buffers: Optional[bool] = None  # without a model: whether the passes may move buffers
+        self._uncounted_checked = False  # whether second_step() asked the frameworks if they count it
+        self._home = weakref.ref(self)  # on a copy of this __dict__ (Lightning's wrapper) the halves step this SAM
+        self._moves_buffers: Optional[bool] = None  # without a model: whether the pass at w + e moves BN statistics
+        self._watch: Optional[BatchNormWatch] = None  # around the first pass at w + e, to tell that (no model)
         # ||g||: torch's own (>= 2.6) or the same sum on older torch; over every rank's shards under FSDP2 (perturb)
         self._norm = partial(torch.nn.utils.get_total_norm, foreach=True) if sam_functional.HAS_GET_TOTAL_NORM \
             else sam_functional.total_norm
@@ -156,12 +164,9 @@ class SAM(WrappedOptimizer):
         torch's convention (it zeroes, back-propagates and returns the loss; run at w and w + e; the loss at w is
         returned) or davda54/sam's (your backward at w came first; run at w + e only; None returned); none: timm's
         training task replayed. ``grad_scaler``: the closure's fp16 scaler; ``no_sync``: the first pass runs in it."""
-        if closure is None:
-            return self._step_without_closure(grad_scaler, no_sync)
+        if closure is None or self._perturbed is not None:
+            return self._step_without_closure(grad_scaler, no_sync, closure)
         scaled = grad_scaler is not None or getattr(self, 'found_inf', None) is not None
-        if self._perturbed is not None:
-            self.cancel_step()
-            raise RuntimeError(FINISH_ONLY)
         kind = (getattr(closure, 'func', type(closure)), scaled)  # a framework's wrapped closure names it in func
         if kind != self._closure_checked:  # the framework checks: once per kind of closure
             refuse_closure(closure, self)
@@ -194,24 +199,19 @@ class SAM(WrappedOptimizer):
             with fork_rng(devices=devices), sync, torch.enable_grad():
                 loss = closure()
             self.left.check_closure_zeroed(params)
-            if self.model is None:
-                self.warn_if_buffers_move(loss)
-        second_loss = self._update_from_here(closure, scaling)
-        if first_pass_done and self.model is None:
-            self.warn_if_buffers_move(second_loss)  # told by the loss at w + e (the first pass was the caller's)
+        self._update_from_here(closure, scaling)
         self.left.record(params)
         return loss
 
-    def _update_from_here(self, second_pass: Callable[[], Any], scaling: Optional[LossScaling]) -> Any:
+    def _update_from_here(self, second_pass: Callable[[], Any], scaling: Optional[LossScaling]) -> None:
         """The update once the gradient at w is there: up to w + e, ``second_pass()`` there (none after an fp16
         overflow), back to w, the base step. Weights and buffers are back at w whatever fails in between."""
-        second_loss = None
         try:
             self.ascend(scaling)
             self.base_optimizer.zero_grad()
             if not self._skip:  # an fp16 overflow in the first pass: no second one
                 with torch.enable_grad():
-                    second_loss = second_pass()
+                    second_pass()
             descend = self.descend(scaling)
         except BaseException:
             self.cancel_step()
@@ -219,16 +219,19 @@ class SAM(WrappedOptimizer):
         if self._held is not None:
             self.release_buffers()
         self.apply_descent(descend, scaling, self._clean)
-        return second_loss
 
-    def _step_without_closure(self, grad_scaler: Optional[Any], no_sync: Optional[Callable[[], Any]]) -> Any:
-        """``step()``: the rest of an update begun by ``first_step()``; else the update over timm's training task,
-        replayed at w + e; else, with no second pass needed (no gradient, a zero one, a plain ``interval`` step), the
-        base step; else a one-line refusal."""
-        if self._perturbed is not None:  # after first_step() and your second backward (a framework's step())
-            if getattr(self, 'found_inf', None) is not None:
+    def _step_without_closure(self, grad_scaler: Optional[Any], no_sync: Optional[Callable[[], Any]],
+                              closure: Optional[Callable[..., Any]] = None) -> Any:
+        """``step()``: the rest of an update begun by ``first_step()`` (also a framework's step whose closure runs no
+        pass: Lightning's manual optimization); else the task replay; else, with no second pass needed (no gradient,
+        a zero one, a plain ``interval`` step), the base step; else a refusal."""
+        if self._perturbed is not None:  # after first_step() and your second backward
+            if getattr(self, 'found_inf', None) is not None or not (closure is None or closure_finishes(closure)):
                 self.cancel_step()
                 raise RuntimeError(FINISH_ONLY)
+            if closure is not None:
+                closure()  # the framework's hooks around its step (Lightning's on_before_optimizer_step)
+            self._uncounted_checked = True  # a framework's own step() finishes the update: it counts it
             self.second_step(grad_scaler=grad_scaler)
             return None
         if no_sync is not None:
@@ -259,8 +262,6 @@ class SAM(WrappedOptimizer):
             self.replay.chunked_step(self, calls, scaling)
         else:  # train.py's backward was the first pass: the task's calls replayed at w + e
             self._update_from_here(partial(self.replay.replay, calls, scaling.scale if scaling else None), scaling)
-            if self.model is None:
-                self._module(NO_MODEL)
         return None
 
     # ---- its two halves ----------------------------------------------------------------------------------
@@ -269,6 +270,8 @@ class SAM(WrappedOptimizer):
     def first_step(self, zero_grad: bool = True, grad_scaler: Optional[Any] = None) -> None:
         """After the backward at w: move to w + e, consuming the gradient (set to None unless not ``zero_grad``).
         ``grad_scaler`` (fp16) unscales it first; an inf/NaN makes this update a skipped one."""
+        if self._home() is not self:  # called on Lightning's wrapper, which copied this SAM's attributes
+            return self._home().first_step(zero_grad, grad_scaler)
         if self.settings.m_sharpness:
             raise RuntimeError(f'SAM m_sharpness={self.settings.m_sharpness} needs SAM to run the passes per '
                                f'chunk: use step(closure) or train.py\'s task route, not first_step()/second_step()')
@@ -278,8 +281,6 @@ class SAM(WrappedOptimizer):
             raise RuntimeError('SAM.first_step() found no gradients: run forward and backward at w first')
         if self.replay is not None:
             self.replay.close()  # an explicit loop never needs the training task's replay
-        if self.model is None:
-            self._module(NO_MODEL)
         self.ascend(explicit_scaling(grad_scaler) if grad_scaler is not None else None)
         if zero_grad:
             self.base_optimizer.zero_grad()
@@ -287,6 +288,11 @@ class SAM(WrappedOptimizer):
     @torch.no_grad()
     def second_step(self, zero_grad: bool = False, grad_scaler: Optional[Any] = None) -> None:
         """After the backward at w + e: back to w bit-exactly, then the base optimizer's step with that gradient."""
+        home = self._home()
+        if not home._uncounted_checked:  # once: a framework that counts only its own step() warns (Lightning)
+            home._uncounted_checked = warn_if_uncounted(self)
+        if home is not self:
+            return home.second_step(zero_grad, grad_scaler)
         scaling = explicit_scaling(grad_scaler) if grad_scaler is not None else None
         descend = self.descend(scaling)
         if self._held is not None:
@@ -294,7 +300,8 @@ class SAM(WrappedOptimizer):
         self.apply_descent(descend, scaling, self._clean, zero_grad)
 
     def ascend(self, scaling: Optional[LossScaling] = None) -> None:
-        """Unscale g (fp16), a variant's preparation (GSAM's rho), buffers held, perturb; fp16 overflow: skip."""
+        """Unscale g (fp16), a variant's preparation (GSAM's rho), buffers held, perturb; fp16 overflow: skip.
+        Without a model, SAM's first pass at w + e runs in a ``BatchNormWatch`` (``descend`` warns if it moved any)."""
         if scaling is not None:
             scaling.unscale_first(self)
         if self.prepare_sam_step is not None:
@@ -303,6 +310,8 @@ class SAM(WrappedOptimizer):
             self.hold_buffers()
         norm = self.perturb()
         self._skip = scaling is not None and scaling.first_overflowed(norm)
+        if self.model is None and self._moves_buffers is None and not self._skip and self._watch is None:
+            self._watch = BatchNormWatch().start(self)
 
     @torch.no_grad()
     def perturb(self) -> float:
@@ -333,6 +342,10 @@ class SAM(WrappedOptimizer):
         """Back to w; the second-pass gradient unscaled (fp16) and adjusted (GSAM). False: this update is skipped."""
         if self._perturbed is None:
             raise RuntimeError('SAM.second_step() was called before first_step()')
+        if self._watch is not None:  # no model: warn if the first pass at w + e moved BatchNorm statistics
+            self._watch, self._moves_buffers = None, self._watch.stop()
+            if self._moves_buffers:
+                self._module(NO_MODEL)
         self.restore()
         skip, self._skip = self._skip, False
         if skip or (scaling is not None and not scaling.unscale_second(self.base_optimizer)):
@@ -384,6 +397,9 @@ class SAM(WrappedOptimizer):
     def cancel_step(self) -> None:
         """Abandon a step begun by ``first_step()``: weights and buffers back as they were at w, nothing stepped."""
         self._skip = False
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()  # an abandoned pass at w + e decides nothing
         self.restore()
         self.release_buffers()
 
@@ -397,7 +413,7 @@ class SAM(WrappedOptimizer):
         module = self._module('AGC cannot leave the classifier head out') if mode == 'agc' else None
         sam_functional.clip_gradient_(self.params_with_grad(), self.settings.clip_grad, mode, module)
 
-    # ---- the model's buffers, warnings ---------------------------------------------------------------------
+    # ---- the model's buffers, warnings -----------------------------------------------------------------------
 
     def hold_buffers(self) -> None:
         """Copy the model's buffers (BatchNorm statistics), once per update, so the second pass cannot move them."""
@@ -409,35 +425,13 @@ class SAM(WrappedOptimizer):
             sam_functional.restore_buffers_(self._held, self._buffer_copies)
         self._held = None
 
-    def warn_if_buffers_move(self, loss: Any) -> None:  # no model: warn if the passes may move buffers (batch norm)
-        if self._moves_buffers is None:
-            self._moves_buffers = sam_functional.batch_norm_in_graph(loss)
-        if self._moves_buffers:
-            self._module(NO_MODEL)
-
     def _module(self, purpose: str) -> Optional[nn.Module]:  # warns once per purpose when SAM has no model
         if self.model is None and purpose not in self._warned:
             self._warned.add(purpose)
-            warnings.warn(f'SAM does not know the model, so {purpose}: pass model= to SAM or to '
-                          f'create_optimizer_v2 (or call optimizer.set_model(model)) when driving SAM with '
-                          f'first_step()/second_step() or a closure', stacklevel=5)
+            warnings.warn(UNKNOWN_MODEL.format(purpose=purpose), stacklevel=5)
         return self.model
 
-    # ---- checkpoints, copies, repr ----------------------------------------------------------------------
-
-    def state_dict(self) -> Dict[str, Any]:
-        """The base optimizer's (groups carry rho/adaptive/eta) + ``"sam"``: settings and update count, for resume."""
-        return self._with_state_dict_hooks(lambda: sam_state_dict(
-            self.base_optimizer, self.settings, self._updates, self.second_pass.entry()))
-
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """A SAM state dict, or the base optimizer's: all checked first; its settings win, each change logged."""
-        def load(state_dict: Dict[str, Any]) -> None:
-            self.settings, self._updates, entry = load_sam_state(
-                self.base_optimizer, self.settings, self._updates, self.second_pass.entry(), state_dict)
-            self.second_pass.load_state_dict(entry.get('second_pass_scaler'))
-            self._add_group_defaults()
-        self._with_load_state_dict_hooks(state_dict, load)
+    # ---- copies, repr (checkpoints: SAMCheckpointing) ----------------------------------------------------------
 
     def __getstate__(self) -> Dict[str, Any]:
         if self._perturbed is not None:

@@ -6,17 +6,18 @@ the update count (``step``) and, once fp16 training under torch's attribute cont
 SAM's second-pass ``GradScaler`` (``second_pass_scaler``). Each group carries a copy of the entry under
 ``"sam_state"``, because ``torch.distributed.checkpoint`` (FSDP2) keeps only ``state`` and ``param_groups``. A
 loaded entry is checked before anything is loaded and wins over this run's settings, so a resumed run continues
-exactly; each setting it changes is logged.
+exactly; each setting it changes is logged. ``SAMCheckpointing`` gives SAM its ``state_dict`` and ``load_state_dict``.
 """
 import logging
 from typing import Any, Dict, List, Tuple
 
 from torch.optim import Optimizer
 
+from timm_ext.optim.base_optimizer import step_state_keys
 from timm_ext.optim.sam_settings import SAMSettings
 
-__all__ = ['GROUP_KEY', 'checked_entry', 'load_sam_state', 'sam_entry', 'sam_state_dict', 'setting_changes',
-           'split_entry']
+__all__ = ['GROUP_KEY', 'SAMCheckpointing', 'check_base_state', 'checked_entry', 'load_sam_state', 'sam_entry',
+           'sam_state_dict', 'setting_changes', 'split_entry']
 
 _logger = logging.getLogger('timm_ext.optim.sam')
 
@@ -86,6 +87,35 @@ def sam_state_dict(base_optimizer: Optimizer, settings: SAMSettings, updates: in
     return state_dict
 
 
+def check_base_state(base_optimizer: Optimizer, state_dict: Dict[str, Any], family: str = 'SAM') -> None:
+    """A one-line ValueError when a loaded parameter's state lacks a key the base optimizer's step keeps (SGD's
+    ``momentum_buffer`` loaded into AdamW): torch would stop half loaded (``KeyError: 'step'``) or at the next
+    step, or start that moment from zero. Each parameter is compared with a probe of the base optimizer's class
+    (:func:`~timm_ext.optim.base_optimizer.step_state_keys`) under the loaded group's hyperparameters over this
+    run's; a state dict whose groups do not match this optimizer's in number or size is left to torch's own error."""
+    saved_groups, loaded = state_dict.get('param_groups') or [], state_dict.get('state') or {}
+    groups = base_optimizer.param_groups
+    if not loaded or len(saved_groups) != len(groups) or any(
+            len(saved.get('params', ())) != len(group['params']) for saved, group in zip(saved_groups, groups)):
+        return
+    probed: Dict[Tuple[Any, ...], Any] = {}
+    for idx, (saved, group) in enumerate(zip(saved_groups, groups)):
+        for saved_id, param in zip(saved['params'], group['params']):
+            have = loaded.get(saved_id)
+            if not isinstance(have, dict) or not have:
+                continue
+            like = (idx, tuple(param.shape), param.dtype)
+            if like not in probed:  # this run's hyperparameters where the loaded group has none (SGD's momentum)
+                probed[like] = step_state_keys(type(base_optimizer), {**group, **saved}, param)
+            needs = probed[like] or ()
+            if any(key not in have for key in needs):
+                name = type(base_optimizer).__name__
+                raise ValueError(f'{family} cannot load this state dict: its per-parameter state has '
+                                 f'{", ".join(map(str, have))}, {name}\'s needs {", ".join(needs)}: it was saved by '
+                                 f'another base optimizer; wrap that one, or load the model\'s weights only and start '
+                                 f'the optimizer fresh')
+
+
 def load_sam_state(base_optimizer: Optimizer, settings: SAMSettings, updates: int, kept_state: Dict[str, Any],
                    state_dict: Dict[str, Any]) -> Tuple[SAMSettings, int, Dict[str, Any]]:
     """Check everything, then load the base optimizer's part; returns the settings, update count and entry to
@@ -96,8 +126,32 @@ def load_sam_state(base_optimizer: Optimizer, settings: SAMSettings, updates: in
     groups = state_dict.get('param_groups', [])
     for idx, group in enumerate(groups):
         settings.check_group(group, f' in param group {idx} of the loaded state dict')
+    check_base_state(base_optimizer, state_dict, settings.family)
     changes = setting_changes(settings, base_optimizer.param_groups, groups, current, entry)
     base_optimizer.load_state_dict(state_dict)
     if changes:
         _logger.warning('SAM settings from the loaded state dict replace this run\'s: %s', '; '.join(changes))
     return new_settings, entry['step'], entry
+
+
+class SAMCheckpointing:
+    """SAM's ``state_dict`` / ``load_state_dict`` (torch's hooks around both), from its base optimizer, settings,
+    update count and second-pass scaler."""
+    base_optimizer: Optimizer
+    settings: SAMSettings
+    _updates: int
+    second_pass: Any
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The base optimizer's (groups carry rho/adaptive/eta) + ``"sam"``: settings and update count, for resume."""
+        return self._with_state_dict_hooks(lambda: sam_state_dict(
+            self.base_optimizer, self.settings, self._updates, self.second_pass.entry()))
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """A SAM state dict, or the base optimizer's: all checked first; its settings win, each change logged."""
+        def load(state_dict: Dict[str, Any]) -> None:
+            self.settings, self._updates, entry = load_sam_state(
+                self.base_optimizer, self.settings, self._updates, self.second_pass.entry(), state_dict)
+            self.second_pass.load_state_dict(entry.get('second_pass_scaler'))
+            self._add_group_defaults()
+        self._with_load_state_dict_hooks(state_dict, load)

@@ -1,6 +1,6 @@
 """What SAM's step says when it cannot take an update: the one-line messages, and the error with nothing to replay."""
 
-__all__ = ['FINISH_ONLY', 'HOW_TO_USE', 'NO_MODEL', 'NoSecondPassError']
+__all__ = ['FINISH_ONLY', 'HOW_TO_USE', 'NO_MODEL', 'NoSecondPassError', 'UNKNOWN_MODEL']
 
 HOW_TO_USE = (
     'pass a closure (optimizer.step(closure)), call first_step() and second_step() around your second '
@@ -12,6 +12,8 @@ FINISH_ONLY = ('SAM.step() after first_step() finishes the update as second_step
                'hiding step\'s grad_scaler argument, e.g. Accelerate\'s, cannot hand SAM the second pass\'s scale); '
                'the weights are back at w')
 NO_MODEL = 'its buffers (BatchNorm statistics) are updated by both passes'
+UNKNOWN_MODEL = ('SAM does not know the model, so {purpose}: pass model= to SAM or to create_optimizer_v2 (or call '
+                 'optimizer.set_model(model)) when driving SAM with first_step()/second_step() or a closure')
 
 
 class NoSecondPassError(RuntimeError):

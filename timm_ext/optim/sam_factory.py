@@ -54,7 +54,7 @@ from timm_ext.optim.base_optimizer import check_keywords, check_model, keyword_n
 from timm_ext.optim.gsam import GSAM
 from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.sam import SAM
-from timm_ext.optim.sam_settings import SAM_RHO
+from timm_ext.optim.sam_settings import ASAM_ETA, SAM_RHO
 
 __all__ = ['ASAM_CLASSES', 'ASAM_RHO', 'DEFAULT_BASE', 'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'GSAM_CLASSES',
            'LOOKSAM_CLASSES', 'SAM_BASES', 'SAM_CLASSES', 'SAM_RHO', 'list_sam_bases', 'register_sam_optimizers',
@@ -158,6 +158,8 @@ def _factory_class(family: Type[SAM], name: str, doc: str, defaults: Optional[Di
             param = param.replace(name='base', annotation=Optional[str], default=base)
         elif param.name in (defaults or {}):
             param = param.replace(default=defaults[param.name])
+        elif param.name == 'eta' and param.default is None:  # SAM's None means 0.01 over an instance, as here
+            param = param.replace(default=ASAM_ETA, annotation=float)
         own.append(param)
     family_names = frozenset(p.name for p in own)
     base_params, any_keyword = _base_parameters(base, set(family_names))

@@ -18,7 +18,7 @@ import torch.nn as nn
 from timm.models import model_parameters
 from timm.utils import dispatch_clip_grad
 
-__all__ = ['Groups', 'HAS_GET_TOTAL_NORM', 'batch_norm_in_graph', 'clip_gradient_', 'cuda_devices_of', 'hold_buffers_',
+__all__ = ['Groups', 'HAS_GET_TOTAL_NORM', 'clip_gradient_', 'cuda_devices_of', 'hold_buffers_',
            'keep_', 'restore_buffers_', 'sam_perturb_', 'sam_restore_', 'total_norm']
 
 Store = Dict[torch.Tensor, torch.Tensor]
@@ -123,21 +123,3 @@ def total_norm(tensors: List[torch.Tensor]) -> torch.Tensor:
 def cuda_devices_of(tensors: Iterable[torch.Tensor]) -> List[int]:
     """Indices of the CUDA devices that hold ``tensors`` (the generators a pass on them may draw from)."""
     return sorted({t.device.index or 0 for t in tensors if t.device.type == 'cuda'})
-
-
-def batch_norm_in_graph(loss: Any) -> bool:
-    """Whether ``loss``'s autograd graph has a batch-norm node (the one layer whose forward updates buffers in
-    timm's and torch's models); True when ``loss`` has no graph to look at."""
-    node = getattr(loss, 'grad_fn', None)
-    if node is None:
-        return True
-    seen, todo = {node}, [node]
-    while todo:
-        node = todo.pop()
-        if 'batchnorm' in type(node).__name__.lower():
-            return True
-        for child, _ in node.next_functions:
-            if child is not None and child not in seen:
-                seen.add(child)
-                todo.append(child)
-    return False

@@ -21,10 +21,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from timm_ext.arg_types import is_positive_int
 
-__all__ = ['GSAMSettings', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL',
-           'LookSAMSettings', 'SAMSettings', 'SAM_RHO', 'sam_opt_kwargs']
+__all__ = ['ASAM_ETA', 'GSAMSettings', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA',
+           'LOOKSAM_INTERVAL', 'LookSAMSettings', 'SAMSettings', 'SAM_RHO', 'sam_opt_kwargs']
 
 SAM_RHO = 0.05
+ASAM_ETA = 0.01  # ASAM paper's offset in T = |w| + eta (davda54/sam's constructor form: 0, see SAM)
 # GSAM paper, Table 4, ResNet-50/101 on ImageNet (the ViT/Mixer values are per model: see docs/sam.md)
 GSAM_RHO_MAX = 0.04
 GSAM_RHO_MIN = 0.02
@@ -126,7 +127,7 @@ class SAMSettings:
     """SAM's settings (see :class:`timm_ext.optim.SAM` for what each one does)."""
     rho: float = setting(SAM_RHO, check_rho, group=True)
     adaptive: bool = setting(False, check_adaptive, group=True)
-    eta: float = setting(0.01, check_eta, group=True)
+    eta: float = setting(ASAM_ETA, check_eta, group=True)
     clip_grad: Optional[float] = setting(None, check_clip_grad)
     clip_mode: str = setting('norm', check_clip_mode)
     interval: int = setting(1, check_interval)
