@@ -93,3 +93,24 @@ def test_every_timm_optimizers_own_state_loads_into_sam_over_it(name):
         sam.load_state_dict(saved)
     assert {k: sorted(v) for k, v in sam.state_dict()['state'].items()} == {
         k: sorted(v) for k, v in saved['state'].items()}
+
+
+def test_the_probe_leaves_a_step_count_kept_in_the_group_alone():
+    """timm's Lamb keeps its step count in the param group, as a tensor it adds to in place: the probe of Lamb's
+    state keys steps a copy, so the loaded state dict, and the run resumed from it, keep the saved count (timm's own
+    test_optim.py round trip of samlamb caught the shared tensor)."""
+    model = _model()
+    sam = create_optimizer_v2(model, 'samlamb', lr=1e-3, rho=0.05)
+    x = torch.randn(8, 40, generator=torch.Generator().manual_seed(1))
+    for _ in range(2):
+        sam.step(lambda: (sam.zero_grad(), model(x).square().mean().backward())[0])
+    saved = copy.deepcopy(sam.state_dict())
+    count = saved['param_groups'][0]['step'].clone()
+    copied = copy.deepcopy(model)
+    resumed = create_optimizer_v2(copied, 'samlamb', lr=1e-3, rho=0.05)
+    resumed.load_state_dict(saved)
+    assert torch.equal(saved['param_groups'][0]['step'], count) and count.item() == 2
+    assert torch.equal(resumed.param_groups[0]['step'], sam.param_groups[0]['step'])
+    sam.step(lambda: (sam.zero_grad(), model(x).square().mean().backward())[0])
+    resumed.step(lambda: (resumed.zero_grad(), copied(x).square().mean().backward())[0])
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), copied.parameters()))

@@ -4,6 +4,7 @@ The base optimizer is an instance given as is, or davda54/sam's ``(params, Optim
 param groups, per-parameter state and defaults are the base optimizer's own objects, so a scheduler, timm's
 layer decay or a checkpoint sees one optimizer; torch's hook tables and step wrapper are SAM's.
 """
+import copy
 import difflib
 import inspect
 import warnings
@@ -117,7 +118,8 @@ def step_state_keys(optimizer_class: type, group: Dict[str, Any], like: torch.Te
     of the caller's is touched."""
     probe = torch.zeros([min(side, _PROBE_SIDE) for side in like.shape], dtype=like.dtype, requires_grad=True)
     probe.grad = torch.zeros_like(probe)
-    hyper = {k: v for k, v in group.items() if k not in ('params', 'param_names')}
+    # copies: an optimizer may keep a step count in its group and add to it in place (timm's Lamb: group['step'])
+    hyper = copy.deepcopy({k: v for k, v in group.items() if k not in ('params', 'param_names')})
     names = keyword_names(optimizer_class) or ()
     try:
         with warnings.catch_warnings():
