@@ -6,7 +6,7 @@ claims by :func:`unchanged_verdict`). Revision 4 added the label "smaller than c
 of the rule before it too (``old_label``), which the report shows beside the new one where they differ.
 """
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Sequence, Tuple
 
 from plan import CLAIMS, EXTENDED_SEEDS, LONG_CLAIM, LONG_SEEDS, SMALLER_THAN_CLAIMED, Claim
 from run_metrics import metric_fn
@@ -111,3 +111,13 @@ def evaluate_long(r: Results) -> List[ClaimResult]:
                          f'but {", ".join(f"{a} has {s}" for a, s in zip(arms, seeds))}; train them first '
                          '(python reproduction/reproduce.py)')
     return evaluate({a: r[a] for a in arms}, [LONG_CLAIM])
+
+
+def evaluate_long_unseen(r: Results, seen: Collection[int]) -> List[ClaimResult]:
+    """Revision 4's pair read without the ``seen`` seeds, whose runs were trained and read before it was written
+    (revision 3.1's, ``LONG_REUSED`` in the study): the runs no one had seen, beside the reading of all 16 seeds
+    (issue 57). Nothing where the pair is not run or nothing was seen."""
+    arms = [LONG_CLAIM.a, LONG_CLAIM.b]
+    if not seen or not all(a in r for a in arms):
+        return []
+    return evaluate({a: [m for m in r[a] if m['seed'] not in seen] for a in arms}, [LONG_CLAIM])

@@ -9,6 +9,7 @@ checkpoint; a separate process per run keeps one thread and no state between run
 """
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -147,10 +148,13 @@ def main(argv: List[str]) -> int:
     arm = ALL_ARMS_BY_NAME[arm_name]
     full = digits_image_folder(size=IMAGE_SIZE)
     data_dir = digits_subset_folder(arm.fraction, size=IMAGE_SIZE) if arm.fraction < 1 else full
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = measure(run_dir, arm, seed, data_dir, full)
     out['measure_wall_s'] = round(time.perf_counter() - t0, 1)
+    # this process's own CPU over the same span: wall-clock is not CPU time where lanes share the cores
+    out['measure_cpu_s'] = round(time.process_time() - c0, 1)
     out['cpu'] = cpu_name()  # the machine that trained and measured the run: the report names it per run
+    out['cores'] = os.cpu_count()  # and its cores, to read the CPU time and the lanes against
     tmp = run_dir / (MEASURE_FILE + '.tmp')
     tmp.write_text(json.dumps(out))
     tmp.replace(run_dir / MEASURE_FILE)

@@ -3,18 +3,15 @@ import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from claims import ClaimResult
+from convergence_text import converged_cell
+from convergence_text import missed as _missed
 from earlier_verdicts import V2_VERDICTS
 from measure_run import tail_gain
 from plan import CONVERGED_TAIL, V1_VERDICTS, Arm, Claim
 from run_results import Results
 from supporting_runs import WARMUP_OF
 
-from timm_ext.analysis.stats import format_difference, paired_difference
-
-TOP1_MARGIN = 1.0  # points: the top-1 claims' margin, also what "no gain" from a longer schedule means here
-# the vit-sam paper's test of convergence (App. H: a 2x schedule brings no gain): (label, shorter run, the arm)
-DOUBLED = (('ViT', 'vit_e30', 'vit'), ('ViT + CB', 'vit_cb_e30', 'vit_cb'), ('ViT conv stem', 'vit_convstem_e30',
-                                                                              'vit_convstem'))
+from timm_ext.analysis.stats import format_difference
 
 
 def mean_sd(values: Sequence[float], fmt: str = '.1f') -> str:
@@ -31,16 +28,20 @@ def claim_fmt(claim: Claim) -> str:
     return '.2f' if claim.unit == ' pt' else '.3f'
 
 
-def claims_table(claims: List[ClaimResult], more: Optional[Dict[str, str]] = None) -> List[str]:
-    """One row per claim at the study's seeds; ``more`` adds revision 3's column (more seeds), by claim key."""
-    extra = ' more seeds (revision 3) |' if more is not None else ''
+def claims_table(claims: List[ClaimResult], more: Optional[Dict[str, str]] = None,
+                 sensitivity: Optional[Dict[str, str]] = None) -> List[str]:
+    """One row per claim at the study's seeds, each run at its first schedule; ``more`` adds revision 3's column (more
+    seeds), ``sensitivity`` the readings of post-hoc revisions (2.4, 3.1) that read seeds again, by claim key."""
+    extra = (' more seeds (revision 3) |' if more is not None else '') + \
+        (' sensitivity reading (a post-hoc revision) |' if sensitivity is not None else '')
     lines = ['| claim | paper, where | our effect: mean [95 % CI] | margin | seeds agree | verdict |' + extra
-             + ' v2 (30 epochs) | v1 (6 epochs, 3 seeds) |', '|---|---|---|---|---|---|' + ('---|' if extra else '')
+             + ' v2 (30 epochs) | v1 (6 epochs, 3 seeds) |', '|---|---|---|---|---|---|' + '---|' * extra.count('|')
              + '---|---|']
     for c in claims:
         cl = c.claim
         text = cl.text[:1].upper() + cl.text[1:]
-        cell = f' {more.get(cl.key, "")} |' if more is not None else ''
+        cell = (f' {more.get(cl.key, "")} |' if more is not None else '') + \
+            (f' {sensitivity.get(cl.key, "")} |' if sensitivity is not None else '')
         lines.append(f'| {text} | {cl.paper}, {cl.source} | {format_difference(c.diff, claim_fmt(cl), cl.unit)} | '
                      f'±{cl.margin:g}{cl.unit} | {c.agree}/{c.n} | **{c.label}** |{cell} '
                      f'{V2_VERDICTS.get(cl.key, "not measured")} | {V1_VERDICTS.get(cl.key, "not measured")} |')
@@ -56,53 +57,30 @@ def retrained(name: str, m: Dict[str, Any]) -> str:
     return f'{name} seed {m["seed"]}: {", ".join(gain(x) for x in m["replaced"])} -> {final}'
 
 
-def not_converged(r: Results, arms: Sequence[Arm]) -> List[str]:
-    """One line naming every run that misses the convergence rule, with its gain in the last epochs."""
-    missed = [f'{arm.name} seed {m["seed"]} (+{tail_gain(m["top1_curve"]):.1f})' for arm in arms if arm.name in r
-              for m in r[arm.name] if not m['converged']]
-    again = [retrained(arm.name, m) for arm in arms if arm.name in r for m in r[arm.name] if 'replaced' in m]
-    lines = [f'Trained again at twice the schedule (revision 2.4: both stems of a seed, where a run of the lr sweep\'s '
-             f'pair misses the rule), with the replaced runs\' gain in their last {CONVERGED_TAIL:.0%} of epochs: '
-             f'{"; ".join(again)}. The replaced runs are kept in the cache and in measurements.json (`replaced`).',
-             ''] if again else []
-    if not missed:
-        return lines
-    return lines + [
-        f'Runs that miss the rule, with how many points the best top-1 of their last {CONVERGED_TAIL:.0%} of '
-        f'epochs gained over the best before: {", ".join(missed)}. The claims that read these runs are therefore '
-        'measured on models still improving, by the rule fixed before the runs.', '']
-
-
-def doubling_line(r: Results) -> str:
-    """The vit-sam paper's own test of convergence (App. H: a 2x schedule brings no gain), per seed."""
-    parts, gained, flat = [], [], []
-    for label, short, full in DOUBLED:
-        if short in r and full in r:
-            d = paired_difference([m['top1'] for m in r[short]], [m['top1'] for m in r[full]])
-            parts.append(f'{label} {len(r[short][0]["top1_curve"])} -> {len(r[full][0]["top1_curve"])} epochs '
-                         f'{format_difference(d, ".2f", " pt")}')
-            if d.low > TOP1_MARGIN:
-                gained.append(label)
-            elif d.high < TOP1_MARGIN:
-                flat.append(label)
-    if not parts:
-        return ''
-    text = ('The vit-sam paper\'s own test of convergence is that a schedule twice as long brings no gain (its '
-            'App. H); top-1 gained by doubling, same seed: ' + '; '.join(parts) + '.')
-    if gained:
-        text += (f' By that test the 30-epoch schedule was not enough for: {", ".join(gained)} (gain above '
-                 f'{TOP1_MARGIN:g} point in the whole interval); whether 60 is, only a 120-epoch schedule would tell, '
-                 'beyond this study\'s budget.')
-    if flat:
-        text += f' For {", ".join(flat)} 30 epochs were already enough (gain below {TOP1_MARGIN:g} point).'
-    return text
+def not_converged(r_first: Results, r_final: Results, arms: Sequence[Arm]) -> List[str]:
+    """The runs that miss the convergence rule at their first schedule, named with their gain in the last epochs, and
+    the seeds revision 2.4 trained again (its reading is a sensitivity reading: it was written after seed 2 missed)."""
+    missed = [name for arm in arms if arm.name in r_first for name in _missed(r_first[arm.name], arm.name)]
+    again = [retrained(arm.name, m) for arm in arms if arm.name in r_final for m in r_final[arm.name]
+             if 'replaced' in m]
+    lines = [f'Runs that miss the rule at their first schedule, with how many points the best top-1 of their last '
+             f'{CONVERGED_TAIL:.0%} of epochs gained over the best before: {", ".join(missed)}. The first readings '
+             'read them as they are: measured on models still improving.', ''] if missed else []
+    if again:
+        lines += [f'Trained again at twice the schedule (revision 2.4: both stems of a seed, where a run of the lr '
+                  f'sweep\'s pair misses the rule; written after seed 2 missed, so its reading is a sensitivity '
+                  f'reading), with each run\'s gain in its last {CONVERGED_TAIL:.0%} of epochs: {"; ".join(again)}. '
+                  'Both runs of each seed are kept in the cache and in measurements.json (the first under '
+                  '`replaced`).', '']
+    return lines
 
 
 def support_table(r: Results, arms: Sequence[Arm]) -> List[str]:
     """The supporting runs: what they are, their top-1, and for end-of-warmup runs whether they repeat the
     first epoch of their full run (same top-1 in every seed)."""
-    lines = ['| supporting run | model | epochs | training data | top-1, last epoch | same first epoch as |',
-             '|---|---|---|---|---|---|']
+    lines = ['| supporting run | model | epochs | training data | top-1, last epoch | converged | same first epoch '
+             'as |',
+             '|---|---|---|---|---|---|---|']
     for arm in arms:
         if arm.name not in r:
             continue
@@ -113,7 +91,7 @@ def support_table(r: Results, arms: Sequence[Arm]) -> List[str]:
             equal = sum(abs(m['top1_curve'][0] - f['top1_curve'][0]) < 1e-6 for m, f in zip(ms, r[full]))
             same = f'`{full}`: {equal}/{len(ms)} seeds'
         lines.append(f'| {arm.label} | `{arm.model}` | {arm.epochs} | {arm.fraction:g} | '
-                     f'{mean_sd([m["top1"] for m in ms])} % | {same} |')
+                     f'{mean_sd([m["top1"] for m in ms])} % | {converged_cell(ms)} | {same} |')
     return lines
 
 
@@ -132,9 +110,8 @@ def accuracy_table(r: Results, arms: Sequence[Arm]) -> List[str]:
             continue
         ms = r[arm.name]
         top1 = [m['top1'] for m in ms]
-        conv = sum(bool(m['converged']) for m in ms)
         lines.append(f'| {arm.label} | `{arm.model}` | {arm.opt} | {arm.lr:g} | {arm.fraction:g} | '
-                     f'{schedule_text(ms)} | {mean_sd(top1)} % | {seed_values(top1)} | {conv}/{len(ms)} | '
+                     f'{schedule_text(ms)} | {mean_sd(top1)} % | {seed_values(top1)} | {converged_cell(ms)} | '
                      f'{mean_sd([m["train_loss_curve"][-1] for m in ms], ".3f")} |')
     return lines
 

@@ -1,4 +1,4 @@
-"""The reproduction study: the papers' claims on real digits, trained to convergence over 5 seeds, with statistics.
+"""The reproduction study: the papers' claims on real digits under a stated convergence rule, 5 seeds and more.
 
 ``python reproduction/reproduce.py --timm-train PATH`` (from the repository root) trains every arm of
 ``plan.ARMS`` for every seed with timm's own train.py, through the job runner the demo uses
@@ -36,6 +36,7 @@ from plan import (
     Arm,
     extended_seeds,
 )
+from run_ledger import load_earlier_runs
 from run_results import Archive, load_archive, long_archive
 from study_jobs import StudyJob, extended_jobs, extension_jobs, long_jobs, plan_jobs, run_jobs
 from supporting_runs import ALL_ARMS, SUPPORT_ARMS
@@ -189,9 +190,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     command = 'python reproduction/reproduce.py ' + ' '.join(_public_argv(list(argv if argv is not None
                                                                                 else sys.argv[1:])))
+    earlier = load_earlier_runs(archive_path) if archive else {}  # withdrawn arms' runs: kept, read by no claim
     path = write_report(runs, arms, seeds, Path(args.docs), command.strip(), wall_s=time.perf_counter() - start,
                         trained=to_train, load=(load_before, os.getloadavg()[1]), archive=archive,
-                        extended=extended)
+                        extended=extended, earlier=earlier)
     print(f'report: {path} ({time.perf_counter() - start:.0f} s in all)')
     return 0
 

@@ -1,6 +1,7 @@
 """The study's cached runs, read back: every run's measurements and train.py settings, and when they were made.
 
-A run's measurements are ``timm_ext_measurements.json`` in its folder (``measure_run.py``); revision 2.4's
+A run's measurements are ``timm_ext_measurements.json`` in its folder (``measure_run.py``), its CPU time
+``timm_ext_cpu.json`` (``study_jobs.run_jobs``, from issue 57 on); revision 2.4's
 longer schedules of the lr sweep's pair are read through :func:`longer_schedules.tried`, the runs they
 replace kept under ``replaced``. A run that is not in the cache is read back from an archive, the
 ``measurements.json`` of an earlier report (revision 3 reuses seeds 0-4 that way instead of training them again).
@@ -11,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 from longer_schedules import LONG_ARMS, tried
-from plan import LONG_PAIR, LONG_REUSED, MEASURE_FILE, Arm
+from plan import CPU_FILE, LONG_PAIR, LONG_REUSED, MEASURE_FILE, Arm
 
 # every run's measurements, by arm, in seed order
 Results = Dict[str, List[Dict[str, Any]]]
@@ -20,13 +21,26 @@ Archive = Dict[Tuple[str, int], Dict[str, Any]]
 
 
 def load_archive(path: Path) -> Archive:
-    """The runs of an earlier report's ``measurements.json``, by (arm, seed), each as that report saved it."""
+    """The runs of an earlier report's ``measurements.json``, by (arm, seed), each as that report saved it but for
+    the old timings' ``cpu_s``, read as the ``wall_s`` it was (:func:`_wall_clock`)."""
     try:
         saved = json.loads(Path(path).read_text())
-        return {(arm, int(m['seed'])): m for arm, runs in saved['runs'].items() for m in runs}
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        archive = {(arm, int(m['seed'])): m for arm, runs in saved['runs'].items() for m in runs}
+        for m in archive.values():
+            for x in (m, *m.get('replaced', [])):
+                _wall_clock(x)
+        return archive
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f'cannot read the archived runs in {path} ({type(e).__name__}: {e}): give the '
                          f'measurements.json a report wrote, or --no-archive to train every run') from None
+
+
+def _wall_clock(m: Dict[str, Any]) -> None:
+    # before issue 57 a timing's cpu_s was wall-clock (file times + measure_wall_s), not CPU time: a timing
+    # without wall_s is one of those, and its cpu_s is renamed to what it measured
+    t = m.get('timing')
+    if t and 'cpu_s' in t and 'wall_s' not in t:
+        t['wall_s'] = t.pop('cpu_s')
 
 
 def long_archive(archive: Archive) -> Archive:
@@ -77,16 +91,24 @@ def _load_run(run_dir: Path) -> Dict[str, Any]:
     return m
 
 
-def run_timing(run_dir: Path) -> Optional[Dict[str, float]]:
-    """When a cached run was made, from its files: its start (train.py's ``args.yaml``), its end (the measurement)
-    and its CPU time, one core: training (``args.yaml`` to the last ``summary.csv`` row) plus measuring (the
-    measurement's own clock; the measuring process's start-up not counted). None without those files."""
+def run_timing(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """When a cached run was made, from its files: ``start`` (train.py's ``args.yaml``), ``end`` (the measurement)
+    and ``wall_s``, its wall-clock: training (``args.yaml`` to the last ``summary.csv`` row) plus measuring (the
+    measurement's own clock; the measuring process's start-up not counted). Wall-clock is not CPU time where lanes
+    share the cores, so ``cpu_s`` (with the ``lanes`` and ``cores`` it ran on) comes from ``CPU_FILE`` alone, where
+    ``run_jobs`` wrote one with a CPU time. None without the first three files."""
     files = [run_dir / name for name in ('args.yaml', 'summary.csv', MEASURE_FILE)]
     if not all(f.is_file() for f in files):
         return None
     start, trained, end = (f.stat().st_mtime for f in files)
     measure = float(json.loads(files[2].read_text()).get('measure_wall_s', 0.0))
-    return dict(start=start, end=end, cpu_s=max(0.0, trained - start) + measure)
+    out: Dict[str, Any] = dict(start=start, end=end, wall_s=max(0.0, trained - start) + measure)
+    cpu_file = run_dir / CPU_FILE
+    if cpu_file.is_file():
+        cpu = json.loads(cpu_file.read_text())
+        if cpu.get('cpu_s') is not None:
+            out.update(cpu_s=float(cpu['cpu_s']), lanes=cpu.get('lanes'), cores=cpu.get('cores'))
+    return out
 
 
 def unique_runs(ms: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -102,14 +124,30 @@ def unique_runs(ms: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
-def timing_of(ms: Sequence[Dict[str, Any]]) -> Optional[Dict[str, float]]:
-    """The runs' CPU time (minutes, one core each) and span, from each run's ``timing``, every run once
-    (:func:`unique_runs`); runs without one (read back from a report that did not record it) are not counted."""
+def timing_of(ms: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The runs' time from each run's ``timing``, every run once (:func:`unique_runs`): ``runs`` timed, their
+    wall-clock (``wall_min``, summed) and span (``first`` to ``last``); their CPU time (``cpu_min``, None where
+    none recorded it) over the ``cpu_runs`` that did, as only runs from issue 57 on record one; and ``at_once``,
+    the most runs that ran at the same moment, as wall-clock summed over runs sharing the cores is not the work
+    done. Runs without a timing (read back from a report that did not record it) are not counted; None if none."""
     times = [t for x in unique_runs(ms) for t in [x.get('timing')] if t]
     if not times:
         return None
-    return dict(runs=len(times), run_min=sum(t['cpu_s'] for t in times) / 60, first=min(t['start'] for t in times),
-                last=max(t['end'] for t in times))
+    cpu = [t['cpu_s'] for t in times if t.get('cpu_s') is not None]
+    return dict(runs=len(times), wall_min=sum(t['wall_s'] for t in times) / 60, first=min(t['start'] for t in times),
+                last=max(t['end'] for t in times), cpu_runs=len(cpu), cpu_min=sum(cpu) / 60 if cpu else None,
+                at_once=most_at_once([(t['start'], t['end']) for t in times]))
+
+
+def most_at_once(spans: Sequence[Tuple[float, float]]) -> int:
+    """The most ``(start, end)`` spans that overlap at one moment; one that ends as another starts does not overlap
+    it (a lane's next run starts when its last one ends)."""
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])  # ends first at a tie
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def first_schedules(r: Results) -> Results:

@@ -5,6 +5,8 @@ train.py; there is no second training loop) by the job runner the demo uses (:mo
 one torch thread each, then measured in its own process (``measure_run.py``). Finished runs and their
 measurements stay in the cache folder and are not run again.
 """
+import json
+import os
 import shutil
 import sys
 import time
@@ -13,14 +15,14 @@ from pathlib import Path
 from typing import AbstractSet, Callable, List, Optional, Sequence, Tuple
 
 from longer_schedules import LONG_ARMS, pending, run_dir
-from plan import IMAGE_SIZE, LONG_SEEDS, MEASURE_FILE, TRAIN_ARGS, Arm, extended_seeds
+from plan import CPU_FILE, IMAGE_SIZE, LONG_SEEDS, MEASURE_FILE, TRAIN_ARGS, Arm, extended_seeds
 
 from timm_ext.demo.runner import Job, Progress, read_summary, thread_env
 from timm_ext.demo.runner import run_jobs as run_processes
 from timm_ext.demo.train_runs import TrainRun, train_command
 
 __all__ = ['MEASURE_SCRIPT', 'StudyJob', 'extended_jobs', 'extension_jobs', 'long_jobs', 'measured', 'plan_jobs',
-           'run_jobs', 'train_args', 'trained', 'training']
+           'run_jobs', 'train_args', 'trained', 'training', 'write_cpu']
 
 MEASURE_SCRIPT = Path(__file__).resolve().parent / 'measure_run.py'
 
@@ -127,20 +129,35 @@ def long_jobs(runs: Path, timm_train: Optional[str],
     return plan_jobs(runs, LONG_ARMS, LONG_SEEDS, timm_train, archived)
 
 
+def write_cpu(run_dir: Path, cpu_s: Optional[float], lanes: int) -> None:
+    """``CPU_FILE`` in ``run_dir``: the run's CPU seconds (its own processes' user + system time, training and
+    measuring; None where the OS reported none), the lanes it ran beside and the machine's cores. Written whole
+    (a tmp file, then replaced): a study stopped mid-write leaves no half file."""
+    tmp = run_dir / (CPU_FILE + '.tmp')
+    tmp.write_text(json.dumps(dict(cpu_s=None if cpu_s is None else round(cpu_s, 1), lanes=lanes,
+                                   cores=os.cpu_count())))
+    tmp.replace(run_dir / CPU_FILE)
+
+
 def run_jobs(jobs: List[StudyJob], runs: Path, lanes: int, log: Callable[[str], None] = _print) -> None:
     """Run the jobs ``lanes`` at a time in their order, one torch thread each; a failed command stops its job, the
-    others go on, and the failed ones are named at the end."""
+    others go on, and the failed ones are named at the end. A finished train-and-measure job writes its run's CPU
+    time (:func:`write_cpu`) as it ends; a job that only measures again writes none, as its CPU time would leave
+    out the training (an earlier file stays)."""
     runs.mkdir(parents=True, exist_ok=True)
     for job in jobs:
         if job.trains and job.run_dir.exists():
             shutil.rmtree(job.run_dir)  # train then measure: an unfinished run here, train.py cannot resume it
     start = time.perf_counter()
     reported: List[str] = []
+    by_key = {j.key: j for j in jobs}
 
     def on_update(progress: Progress, now: float) -> None:
         for key in progress.finished:
             if key not in reported:
                 reported.append(key)
+                if key not in progress.failed and by_key[key].trains:
+                    write_cpu(by_key[key].run_dir, progress.cpu_s.get(key), lanes)
                 status = f'FAILED (see {runs / (key + ".log")})' if key in progress.failed else 'done'
                 log(f'[{(now - start) / 60:5.1f} min] {len(reported)}/{len(jobs)} {key}: {status} '
                     f'in {progress.wall_s(key):.0f} s')

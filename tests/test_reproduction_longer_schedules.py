@@ -37,11 +37,13 @@ def test_lr_sweep_pair_trains_again_at_twice_the_schedule_until_both_runs_conver
     path = report.write_report(runs, supporting_runs.ALL_ARMS, seeds, tmp_path / 'docs',
                                'python reproduction/reproduce.py', wall_s=30.0, trained=2)
     text = path.read_text()
-    assert f'| {a.label} | `{a.model}` | adamw | 0.0015 | 1 | 60 (seed 2: 120) | ' in text
-    assert '| 1.5e-3 | 60 (seed 2: 120) |' in text
-    assert (f'with the replaced runs\' gain in their last 20% of epochs: {a.name} seed 2: 60 epochs (+0.8) -> 120 '
+    # revision 2.4 was written after a run it reads again missed the rule: every run at its first schedule is read
+    # first, the runs at twice the schedule beside (issue 57)
+    assert f'| {a.label} | `{a.model}` | adamw | 0.0015 | 1 | 60 | ' in text and '3 (seed 2 +0.8)' in text
+    assert '| 1.5e-3 | 60 |' in text and '| 1.5e-3, revision 2.4 (sensitivity reading) | 60 (seed 2: 120) |' in text
+    assert (f'with each run\'s gain in its last 20% of epochs: {a.name} seed 2: 60 epochs (+0.8) -> 120 '
             f'(+0.3); {b.name} seed 2: 60 epochs (+70.0) -> 120 (+0.3).') in text
-    assert 'trained 2 of the 65 runs' in text  # 21 arms x 3 seeds in the tables, 2 replaced
+    assert 'trained 2 of the 65 runs it reads' in text  # 21 arms x 3 seeds in the tables, 2 replaced
     saved = json.loads((tmp_path / 'docs' / 'reproduction' / 'measurements.json').read_text())
     assert saved['runs'][a.name][2]['replaced'][0]['top1_curve'][-1] == pytest.approx(90.84)
     # still missing at 120 and at 240 epochs: no third doubling, and the 240-epoch run is named as not converged
@@ -53,7 +55,9 @@ def test_lr_sweep_pair_trains_again_at_twice_the_schedule_until_both_runs_conver
     assert longer_schedules.pending(runs, names, seeds) == []
     r = run_results.load_results(runs, supporting_runs.ALL_ARMS, seeds)
     assert len(r[a.name][2]['top1_curve']) == 240 and not r[a.name][2]['converged']
-    assert f'{a.name} seed 2 (+2.0)' in '\n'.join(report_tables.not_converged(r, plan.ARMS))
+    lines = '\n'.join(report_tables.not_converged(run_results.first_schedules(r), r, plan.ARMS))
+    assert f'{a.name} seed 2 (+0.8)' in lines
+    assert f'{a.name} seed 2: 60 epochs (+0.8), 120 epochs (+1.5) -> 240 (+2.0)' in lines
 
 
 def test_revision_3_1_trains_every_vit_arm_of_a_new_seed_again_where_one_of_them_misses_the_rule(tmp_path):

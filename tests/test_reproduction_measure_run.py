@@ -1,4 +1,8 @@
-"""reproduction/measure_run.py: the convergence rule, and every quantity measured from a checkpoint."""
+"""reproduction/measure_run.py: the convergence rule, every quantity measured from a checkpoint, and what it cost."""
+import json
+import os
+import time
+
 import pytest
 import torch
 from _reproduction import measure_run, plan, tiny_folder
@@ -38,3 +42,24 @@ def test_measure_reads_every_quantity_from_a_checkpoint(tmp_path, monkeypatch):
     assert m['cb_layers'] == [2, 3] and len(m['entropy']) == len(m['cls_entropy']) == 4
     assert set(m['activity']) == {f'blocks.{i}.mlp.act' for i in range(4)}
     assert m['lambda_max'] > 0 and m['noisy_loss'] > 0
+
+
+def test_main_records_the_measurements_own_wall_clock_cpu_time_and_cores(tmp_path, monkeypatch):
+    import timm_ext.data
+
+    def busy_then_idle(run_dir, arm, seed, data_dir, val_dir):  # 0.3 s of CPU, then 0.3 s of waiting
+        c0 = time.process_time()
+        while time.process_time() - c0 < 0.3:
+            pass
+        time.sleep(0.3)
+        return dict(arm=arm.name, seed=seed)
+
+    monkeypatch.setattr(measure_run, 'measure', busy_then_idle)
+    monkeypatch.setattr(measure_run.torch, 'set_num_threads', lambda n: None)  # this process's threads stay
+    monkeypatch.setattr(timm_ext.data, 'digits_image_folder', lambda size: tmp_path / 'digits')
+    monkeypatch.setattr(timm_ext.data, 'digits_subset_folder', lambda fraction, size: tmp_path / 'subset')
+    assert measure_run.main([str(tmp_path), 'vit', '0']) == 0
+    m = json.loads((tmp_path / plan.MEASURE_FILE).read_text())
+    assert m['arm'] == 'vit' and m['cores'] == os.cpu_count() and m['cpu']
+    # wall-clock counts the wait, CPU time does not
+    assert 0.3 <= m['measure_cpu_s'] <= m['measure_wall_s'] - 0.2 and m['measure_wall_s'] >= 0.6

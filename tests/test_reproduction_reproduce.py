@@ -67,7 +67,9 @@ def test_main_trains_the_pair_again_then_writes_the_report(tmp_path, monkeypatch
     assert f'2 run(s) at twice the schedule, where a run of a seed\'s group missed the convergence rule: {a}_x2-s0, ' \
            f'{b}_x2-s0' in capsys.readouterr().out
     text = (tmp_path / 'docs' / 'reproduction.md').read_text()
-    assert '| 0.0015 | 1 | 120 (seed 1: 60) |' in text and 'trained 2 of the 6 runs' in text
+    # seed 0 read first at its first schedule, revision 2.4's reading of it at twice the schedule beside
+    assert '| 0.0015 | 1 | 60 |' in text and f'{a} seed 0: 60 epochs (+0.9) -> 120 (+0.0)' in text
+    assert 'trained 2 of the 6 runs it reads' in text
 
 
 def test_default_plan_reads_the_archive_and_adds_revision_3s_seeds(tmp_path, monkeypatch, capsys):

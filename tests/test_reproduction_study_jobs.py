@@ -1,5 +1,6 @@
 """reproduction/study_jobs.py: train.py arguments per arm, the plan of what is cached, running the jobs with the
-demo's runner (train, then measure, in one lane; a failed command stops its job only)."""
+demo's runner (train, then measure, in one lane; a failed command stops its job only) and the CPU time they took."""
+import json
 import os
 import sys
 
@@ -79,3 +80,35 @@ def test_run_jobs_runs_each_jobs_commands_in_order_and_names_the_failed_ones(tmp
     assert (ok_dir / 'order').read_text() == 'train,measure'  # the second command ran after the first
     assert not (bad_dir / 'order').exists()  # a failed command stops its job
     assert any('vit-s0: done' in line for line in lines) and any('vit-s1: FAILED' in line for line in lines)
+
+
+def test_run_jobs_records_the_cpu_time_of_trained_and_measured_runs_only(tmp_path):
+    arm = plan.ARM_BY_NAME['vit']
+    runs = tmp_path / 'runs'
+    # each command: 0.3 s of CPU, then a file in the run's folder (train.py's, then the measurement's)
+    burn = 'import pathlib, sys, time; c = time.process_time()\nwhile time.process_time() - c < 0.3: pass\n' \
+           'p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True); p.write_text("x")'
+    trained, again, fresh, failed = runs / 'vit-s0', runs / 'vit-s1', runs / 'vit-s2', runs / 'vit-s3'
+    for d in (again, fresh):
+        d.mkdir(parents=True)
+    earlier = json.dumps(dict(cpu_s=99.0, lanes=4, cores=8))
+    (again / plan.CPU_FILE).write_text(earlier)  # from when it was trained
+    jobs = [study_jobs.StudyJob(arm, 0, trained, [[sys.executable, '-c', burn, str(trained / 'summary.csv')],
+                                                  [sys.executable, '-c', burn, str(trained / 'm.json')]], 1.0),
+            study_jobs.StudyJob(arm, 1, again, [[sys.executable, '-c', burn, str(again / 'm.json')]], 0.1),
+            study_jobs.StudyJob(arm, 2, fresh, [[sys.executable, '-c', burn, str(fresh / 'm.json')]], 0.1),
+            study_jobs.StudyJob(arm, 3, failed, [[sys.executable, '-c', burn, str(failed / 'summary.csv')],
+                                                 [sys.executable, '-c', 'raise SystemExit(3)']], 1.0)]
+    with pytest.raises(RuntimeError, match=r'^1 run\(s\) failed: vit-s3;'):
+        study_jobs.run_jobs(jobs, runs, lanes=2, log=lambda line: None)
+    cpu = json.loads((trained / plan.CPU_FILE).read_text())
+    assert set(cpu) == {'cpu_s', 'lanes', 'cores'} and cpu['lanes'] == 2 and cpu['cores'] == os.cpu_count()
+    if hasattr(os, 'wait4'):  # the OS reports a child's CPU time: both commands', training and measuring
+        assert cpu['cpu_s'] >= 0.6 and cpu['cpu_s'] == round(cpu['cpu_s'], 1)
+    else:
+        assert cpu['cpu_s'] is None
+    assert not (trained / (plan.CPU_FILE + '.tmp')).exists()
+    assert (failed / 'summary.csv').is_file() and not (failed / plan.CPU_FILE).exists()  # trained, measuring failed
+    # measuring again: its CPU time leaves the training out, so the earlier file stays and none is made
+    assert (again / plan.CPU_FILE).read_text() == earlier and not (fresh / plan.CPU_FILE).exists()
+    assert (again / 'm.json').is_file() and (fresh / 'm.json').is_file()
