@@ -143,3 +143,38 @@ def spawn_gloo(worker: Callable, nprocs: int = 2) -> None:
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
     mp.start_processes(worker, args=(nprocs, port), nprocs=nprocs, join=True, start_method='fork')
+
+
+# a small real timm model for the comparisons against pytorch_optimizer (WSAM, FriendlySAM)
+def tiny_vit() -> nn.Module:
+    """A seeded 2-block ViT on 16 px images, 3 classes."""
+    import timm
+
+    torch.manual_seed(0)
+    return timm.create_model('vit_tiny_patch16_224', img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2,
+                             num_classes=3)
+
+
+def images(n: int = 4) -> List[Batch]:
+    """``n`` seeded batches of eight 16 px images for :func:`tiny_vit`."""
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(n)]
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, data: Sequence[Batch],
+          first_pass_outside: bool = False) -> torch.Tensor:
+    """``opt.step(closure)`` over ``data`` (the gradient at w computed first where a reference's ``step`` expects
+    it, ``first_pass_outside``); the final flat weights."""
+    for x, y in data:
+        fn = closure(model, opt, x, y)
+        if first_pass_outside:
+            fn()
+        opt.step(fn)
+        opt.zero_grad()
+    return flat(model.parameters()).detach()
+
+
+# AdamW in float32 turns rounding into visible differences (its update divides by sqrt(v)): plain SAM against
+# pytorch_optimizer's SAM differs by 5e-5 there, so AdamW is compared in float64
+REFERENCE_BASES = {'sgd-float32': (torch.optim.SGD, dict(lr=0.1, momentum=0.9), torch.float32),
+                   'adamw-float64': (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.05), torch.float64)}

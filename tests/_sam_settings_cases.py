@@ -39,6 +39,13 @@ BAD: List[Tuple[str, Dict[str, Any]]] = [
     ('looksamadamw', {'clip_grad': 'norm'}),
     ('looksamadamw', {'clip_mode': None}),
     ('looksamadamw', {'m_sharpness': 2.5}),
+    ('wsamadamw', {'gamma': 1.0}),
+    ('wsamadamw', {'gamma': -0.5}),
+    ('wsamsgd', {'decouple': 'no'}),
+    ('wsamadamw', {'rho': -0.1}),
+    ('friendlysamadamw', {'sigma': -1.0}),
+    ('friendlysamadamw', {'lmbda': 1.5}),
+    ('friendlysamsgd', {'rho': float('nan')}),
 ]
 
 # valid settings, every one of them given, per family
@@ -52,6 +59,8 @@ GOOD: List[Tuple[str, Dict[str, Any]]] = [
     ('gsamadamw', {'rho_max': 0.1, 'rho_min': 0.0, 'alpha': 0.0, 'lr_max': 1.0, 'lr_min': 0.0, 'clip_grad': None,
                    'clip_mode': 'value', 'interval': 3, 'm_sharpness': None}),
     ('looksamadamw', {'rho': 0.05, 'alpha': 0.0, 'interval': 1, 'adaptive': False, 'eta': 0.5}),
+    ('wsamadamw', {'rho': 0.1, 'gamma': 0.0, 'decouple': False, 'interval': 2}),
+    ('friendlysam', {'rho': 0.1, 'sigma': 0.0, 'lmbda': 1.0, 'm_sharpness': 4}),
 ]
 
 

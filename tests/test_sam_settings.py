@@ -15,9 +15,13 @@ from timm.optim import get_optimizer_class
 from timm_ext.optim import (
     GSAM,
     SAM,
+    WSAM,
+    FactoryFriendlySAM,
     FactoryGSAM,
     FactoryLookSAM,
     FactorySAM,
+    FactoryWSAM,
+    FriendlySAM,
     GSAMSettings,
     LookSAM,
     LookSAMSettings,
@@ -53,7 +57,8 @@ def _params(opt):
 
 def test_sam_opt_kwargs_lists_every_family_setting_and_base():
     assert sam_opt_kwargs() == ('base', 'rho', 'adaptive', 'eta', 'clip_grad', 'clip_mode', 'interval', 'm_sharpness',
-                                'rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min')
+                                'rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min', 'gamma', 'decouple', 'sigma',
+                                'lmbda')
     base_takes = set(inspect.signature(torch.optim.AdamW).parameters)
     assert not base_takes & set(sam_opt_kwargs())
 
@@ -64,7 +69,9 @@ def test_signatures_follow_the_declarations():
     assert _params(GSAM)[2:7] == ['rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min'] and 'rho' not in _params(GSAM)
     assert _params(LookSAM)[2:5] == ['rho', 'alpha', 'interval']
     assert inspect.signature(LookSAM).parameters['interval'].default == 5
-    for create, family in ((FactorySAM, SAM), (FactoryGSAM, GSAM), (FactoryLookSAM, LookSAM)):
+    assert _params(WSAM)[2:5] == ['rho', 'gamma', 'decouple'] and _params(FriendlySAM)[2:5] == ['rho', 'sigma', 'lmbda']
+    for create, family in ((FactorySAM, SAM), (FactoryGSAM, GSAM), (FactoryLookSAM, LookSAM), (FactoryWSAM, WSAM),
+                           (FactoryFriendlySAM, FriendlySAM)):
         # a bare name's class: the family's arguments, the three timm's factory hands any optimizer, then the rest
         assert _params(create) == ['params', 'base'] + _params(family)[2:-1] + ['eps', 'betas', 'momentum',
                                                                                 'base_kwargs']

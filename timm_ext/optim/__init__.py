@@ -1,6 +1,7 @@
 """Optimizers of timm-ext, registered with timm's optimizer factory on import.
 
-``SAM`` wraps any torch/timm optimizer, ``GSAM`` and ``LookSAM`` are SAM variants built the same way;
+``SAM`` wraps any torch/timm optimizer, ``GSAM``, ``LookSAM``, ``WSAM`` and ``FriendlySAM`` are SAM variants built
+the same way;
 ``SAM.step()`` is one update, top to bottom in ``sam.py`` (a closure in torch's or davda54/sam's convention;
 timm's training task replayed after ``replay_timm_task``; m-sharpness chunks in ``m_sharpness``).
 ``import timm_ext`` makes ``timm.optim.create_optimizer_v2`` (and a train.py recipe's ``opt:``) build
@@ -8,6 +9,7 @@ them under the names listed in ``sam_factory`` (``samadamw``, ``gsamadamw``, ``l
 name's class written there (``SAMAdamW``, ...). Each family's settings are declared once, in ``sam_settings``;
 ``sam_opt_kwargs()`` lists every optimizer keyword the family takes that a plain base optimizer does not.
 """
+from timm_ext.optim.friendly_sam import FriendlySAM
 from timm_ext.optim.gsam import GSAM
 from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.m_sharpness import BatchChunk
@@ -17,17 +19,28 @@ from timm_ext.optim.sam_factory import (
     ASAM_RHO,
     SAM_BASES,
     SAM_RHO,
+    FactoryFriendlySAM,
     FactoryGSAM,
     FactoryLookSAM,
     FactorySAM,
+    FactoryWSAM,
     list_sam_bases,
     register_sam_optimizers,
 )
-from timm_ext.optim.sam_settings import GSAMSettings, LookSAMSettings, SAMSettings, sam_opt_kwargs
+from timm_ext.optim.sam_settings import (
+    FriendlySAMSettings,
+    GSAMSettings,
+    LookSAMSettings,
+    SAMSettings,
+    WSAMSettings,
+    sam_opt_kwargs,
+)
 from timm_ext.optim.task_replay import replay_timm_task
+from timm_ext.optim.wsam import WSAM
 
 register_sam_optimizers()
 
-__all__ = ['ASAM_RHO', 'BatchChunk', 'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'GSAM', 'GSAMSettings', 'LookSAM',
-           'LookSAMSettings', 'NoSecondPassError', 'SAM', 'SAMSettings', 'SAM_BASES', 'SAM_RHO', 'list_sam_bases',
+__all__ = ['ASAM_RHO', 'BatchChunk', 'FactoryFriendlySAM', 'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'FactoryWSAM',
+           'FriendlySAM', 'FriendlySAMSettings', 'GSAM', 'GSAMSettings', 'LookSAM', 'LookSAMSettings',
+           'NoSecondPassError', 'SAM', 'SAMSettings', 'SAM_BASES', 'SAM_RHO', 'WSAM', 'WSAMSettings', 'list_sam_bases',
            'register_sam_optimizers', 'replay_timm_task', 'sam_opt_kwargs']

@@ -8,8 +8,10 @@ have no underscore:
   ``samlamb``, ... see ``SAM_BASES``); ``asam`` = ``adaptive=True``;
 * ``sam`` / ``asam`` with ``base=<any timm optimizer name>`` in the optimizer kwargs
   (``opt_kwargs: {base: cadamw, rho: 0.1}`` in a recipe), ``adamw`` when none is given (``DEFAULT_BASE``);
-* ``gsam<base>`` / ``gsam`` (GSAM: ``rho_max``, ``rho_min``, ``alpha``, ``lr_max``, ``lr_min``) and
-  ``looksam<base>`` / ``looksam`` (LookSAM: ``rho``, ``alpha``, ``interval``), same bases.
+* ``gsam<base>`` / ``gsam`` (GSAM: ``rho_max``, ``rho_min``, ``alpha``, ``lr_max``, ``lr_min``),
+  ``looksam<base>`` / ``looksam`` (LookSAM: ``rho``, ``alpha``, ``interval``), ``wsam<base>`` / ``wsam`` (WSAM:
+  ``rho``, ``gamma``, ``decouple``) and ``friendlysam<base>`` / ``friendlysam`` (FriendlySAM: ``rho``, ``sigma``,
+  ``lmbda``), same bases.
 
 Every family takes ``interval`` (a SAM step every k-th update, plain steps between) and
 ``m_sharpness`` (images per perturbation).
@@ -51,14 +53,16 @@ from timm_ext._timm_compat import (
     registry_optimizers,
 )
 from timm_ext.optim.base_optimizer import check_keywords, check_model, keyword_names
+from timm_ext.optim.friendly_sam import FriendlySAM
 from timm_ext.optim.gsam import GSAM
 from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.sam import SAM
 from timm_ext.optim.sam_settings import ASAM_ETA, SAM_RHO
+from timm_ext.optim.wsam import WSAM
 
-__all__ = ['ASAM_CLASSES', 'ASAM_RHO', 'DEFAULT_BASE', 'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'GSAM_CLASSES',
-           'LOOKSAM_CLASSES', 'SAM_BASES', 'SAM_CLASSES', 'SAM_RHO', 'list_sam_bases', 'register_sam_optimizers',
-           'sam_kwargs_problems']
+__all__ = ['ASAM_CLASSES', 'ASAM_RHO', 'DEFAULT_BASE', 'FRIENDLYSAM_CLASSES', 'FactoryFriendlySAM', 'FactoryGSAM',
+           'FactoryLookSAM', 'FactorySAM', 'FactoryWSAM', 'GSAM_CLASSES', 'LOOKSAM_CLASSES', 'SAM_BASES', 'SAM_CLASSES',
+           'SAM_RHO', 'WSAM_CLASSES', 'list_sam_bases', 'register_sam_optimizers', 'sam_kwargs_problems']
 
 # bases that get a combined name (``sam<base>`` and ``asam<base>``); any other one works via ``base=``
 SAM_BASES = (
@@ -219,10 +223,16 @@ _DOCS = {
           "factory's ``lr``.",
     LookSAM: "LookSAM around ``base`` built as timm's factory would (``looksam<base>``, ``looksam``): a SAM step\n"
              "every ``interval`` steps.",
+    WSAM: "WSAM around ``base`` built as timm's factory would (``wsam<base>``, ``wsam``): the sharpness weighted\n"
+          "``gamma / (1 - gamma)`` as a regulariser.",
+    FriendlySAM: "FriendlySAM around ``base`` built as timm's factory would (``friendlysam<base>``, ``friendlysam``):\n"
+                 "the perturbation along the batch-specific part of the gradient.",
 }
 FactorySAM = _factory_class(SAM, 'FactorySAM', _DOCS[SAM], defaults={'rho': None})
 FactoryGSAM = _factory_class(GSAM, 'FactoryGSAM', _DOCS[GSAM])
 FactoryLookSAM = _factory_class(LookSAM, 'FactoryLookSAM', _DOCS[LookSAM])
+FactoryWSAM = _factory_class(WSAM, 'FactoryWSAM', _DOCS[WSAM])
+FactoryFriendlySAM = _factory_class(FriendlySAM, 'FactoryFriendlySAM', _DOCS[FriendlySAM])
 
 DEFAULT_BASE = 'adamw'  # the base of the bare names: what the ViT-SAM paper trained its ViTs and MLP-Mixers with
 # (Chen et al. 2022, Table 8: AdamW, betas (0.9, 0.999)); its ResNets' SGD is `samsgd`
@@ -233,6 +243,9 @@ _FAMILIES = {
     'asam': (FactorySAM, SAM, 'ASAM', {'adaptive': True}, 'ASAM (adaptive SAM)'),
     'gsam': (FactoryGSAM, GSAM, 'GSAM', {}, 'GSAM (surrogate-gap SAM)'),
     'looksam': (FactoryLookSAM, LookSAM, 'LookSAM', {}, 'LookSAM (SAM every k steps, its direction reused in between)'),
+    'wsam': (FactoryWSAM, WSAM, 'WSAM', {}, 'WSAM (weighted sharpness as a regulariser)'),
+    'friendlysam': (FactoryFriendlySAM, FriendlySAM, 'FriendlySAM', {},
+                    'FriendlySAM (F-SAM: the perturbation along the batch-specific gradient)'),
 }
 
 
@@ -256,12 +269,19 @@ GSAM_CLASSES = (GSAMSGD, GSAMMomentum, GSAMNesterov, GSAMSGDW, GSAMAdam, GSAMAda
 LOOKSAM_CLASSES = (LookSAMSGD, LookSAMMomentum, LookSAMNesterov, LookSAMSGDW, LookSAMAdam, LookSAMAdamW, LookSAMNAdam,
                    LookSAMNAdamW, LookSAMRAdam, LookSAMLamb, LookSAMLars, LookSAMLion, LookSAMAdan, LookSAMAdopt) = \
     tuple(_named_class('looksam', base) for base in SAM_BASES)
-_NAMED = {'sam': SAM_CLASSES, 'asam': ASAM_CLASSES, 'gsam': GSAM_CLASSES, 'looksam': LOOKSAM_CLASSES}
+WSAM_CLASSES = (WSAMSGD, WSAMMomentum, WSAMNesterov, WSAMSGDW, WSAMAdam, WSAMAdamW, WSAMNAdam, WSAMNAdamW, WSAMRAdam,
+                WSAMLamb, WSAMLars, WSAMLion, WSAMAdan, WSAMAdopt) = tuple(_named_class('wsam', b) for b in SAM_BASES)
+FRIENDLYSAM_CLASSES = (FriendlySAMSGD, FriendlySAMMomentum, FriendlySAMNesterov, FriendlySAMSGDW, FriendlySAMAdam,
+                       FriendlySAMAdamW, FriendlySAMNAdam, FriendlySAMNAdamW, FriendlySAMRAdam, FriendlySAMLamb,
+                       FriendlySAMLars, FriendlySAMLion, FriendlySAMAdan, FriendlySAMAdopt) = \
+    tuple(_named_class('friendlysam', base) for base in SAM_BASES)
+_NAMED = {'sam': SAM_CLASSES, 'asam': ASAM_CLASSES, 'gsam': GSAM_CLASSES, 'looksam': LOOKSAM_CLASSES,
+          'wsam': WSAM_CLASSES, 'friendlysam': FRIENDLYSAM_CLASSES}
 
 
 def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> None:
-    """Register ``sam``, ``asam``, ``gsam``, ``looksam`` and each of them + ``<base>`` with timm's factory
-    (``registry``: default, the one behind ``create_optimizer_v2``)."""
+    """Register ``sam``, ``asam``, ``gsam``, ``looksam``, ``wsam``, ``friendlysam`` and each of them + ``<base>`` with
+    timm's factory (``registry``: default, the one behind ``create_optimizer_v2``)."""
     if registry is None:
         registry = default_optimizer_registry()
     known = registry_optimizers(registry)

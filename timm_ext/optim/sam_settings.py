@@ -1,4 +1,5 @@
-"""The settings of the SAM family, each declared once: SAM's, and GSAM's and LookSAM's extending it.
+"""The settings of the SAM family, each declared once: SAM's, and GSAM's, LookSAM's, WSAM's and FriendlySAM's
+extending it.
 
 A setting is one field of a frozen dataclass; everything else derives from the fields:
 
@@ -21,8 +22,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from timm_ext.arg_types import is_positive_int
 
-__all__ = ['ASAM_ETA', 'GSAMSettings', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA',
-           'LOOKSAM_INTERVAL', 'LookSAMSettings', 'SAMSettings', 'SAM_RHO', 'sam_opt_kwargs']
+__all__ = ['ASAM_ETA', 'FRIENDLYSAM_LMBDA', 'FRIENDLYSAM_SIGMA', 'FriendlySAMSettings', 'GSAMSettings', 'GSAM_ALPHA',
+           'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL', 'LookSAMSettings', 'SAMSettings',
+           'SAM_RHO', 'WSAMSettings', 'WSAM_GAMMA', 'sam_opt_kwargs']
 
 SAM_RHO = 0.05
 ASAM_ETA = 0.01  # ASAM paper's offset in T = |w| + eta (davda54/sam's constructor form: 0, see SAM)
@@ -32,6 +34,9 @@ GSAM_RHO_MIN = 0.02
 GSAM_ALPHA = 0.01
 LOOKSAM_ALPHA = 0.7  # pytorch_optimizer.LookSAM's default (the paper's Algorithm 1 leaves it a hyper-parameter)
 LOOKSAM_INTERVAL = 5
+WSAM_GAMMA = 0.9  # pytorch_optimizer.WSAM's default: sharpness weighted gamma / (1 - gamma) = 9 against the loss
+FRIENDLYSAM_SIGMA = 1.0  # F-SAM paper (Li et al., CVPR 2024) and pytorch_optimizer.FriendlySAM: the whole momentum
+FRIENDLYSAM_LMBDA = 0.9  # pytorch_optimizer.FriendlySAM's default EMA decay of the batch gradients
 CLIP_MODES = ('norm', 'value', 'agc')
 
 
@@ -89,6 +94,27 @@ def _check_alpha(family: str) -> Callable[[Any], None]:
         if not _is_number(alpha) or not 0 <= alpha < 1:
             raise ValueError(f'{family} alpha must be in [0, 1), got alpha={alpha!r}')
     return check_alpha
+
+
+def _check_gamma(gamma: Any) -> None:
+    if not _is_number(gamma) or not 0 <= gamma < 1:
+        raise ValueError(f'WSAM gamma must be in [0, 1) (the sharpness weighs gamma / (1 - gamma)), '
+                         f'got gamma={gamma!r}')
+
+
+def _check_decouple(decouple: Any) -> None:
+    if decouple not in (True, False):
+        raise ValueError(f'WSAM decouple must be True or False, got decouple={decouple!r}')
+
+
+def _check_sigma(sigma: Any) -> None:
+    if not _is_radius(sigma):
+        raise ValueError(f'FriendlySAM sigma must be a finite number >= 0, got sigma={sigma!r}')
+
+
+def _check_lmbda(lmbda: Any) -> None:
+    if not _is_number(lmbda) or not 0 <= lmbda <= 1:
+        raise ValueError(f'FriendlySAM lmbda must be in [0, 1] (the momentum\'s decay), got lmbda={lmbda!r}')
 
 
 def _check_gsam_radius(name: str) -> Callable[[Any], None]:
@@ -255,7 +281,28 @@ class LookSAMSettings(SAMSettings):
     family = 'LookSAM'
 
 
-FAMILIES: Tuple[Type[SAMSettings], ...] = (SAMSettings, GSAMSettings, LookSAMSettings)
+@dataclass(frozen=True)
+class WSAMSettings(SAMSettings):
+    """WSAM's settings: SAM's, with ``gamma`` (the sharpness weighs ``gamma / (1 - gamma)`` against the loss) and
+    ``decouple`` (the sharpness term as its own weight update after the base step, not in the base's gradient)."""
+    gamma: float = setting(WSAM_GAMMA, _check_gamma)
+    decouple: bool = setting(True, _check_decouple)
+
+    family = 'WSAM'
+
+
+@dataclass(frozen=True)
+class FriendlySAMSettings(SAMSettings):
+    """FriendlySAM's settings: SAM's, with ``sigma`` (how much of the gradients' momentum the perturbation leaves
+    out) and ``lmbda`` (that momentum's decay)."""
+    sigma: float = setting(FRIENDLYSAM_SIGMA, _check_sigma)
+    lmbda: float = setting(FRIENDLYSAM_LMBDA, _check_lmbda)
+
+    family = 'FriendlySAM'
+
+
+FAMILIES: Tuple[Type[SAMSettings], ...] = (SAMSettings, GSAMSettings, LookSAMSettings, WSAMSettings,
+                                           FriendlySAMSettings)
 
 
 def sam_opt_kwargs() -> Tuple[str, ...]:
