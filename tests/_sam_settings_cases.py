@@ -46,6 +46,10 @@ BAD: List[Tuple[str, Dict[str, Any]]] = [
     ('friendlysamadamw', {'sigma': -1.0}),
     ('friendlysamadamw', {'lmbda': 1.5}),
     ('friendlysamsgd', {'rho': float('nan')}),
+    ('samadamw', {'use_gc': 'true'}),
+    ('looksamadamw', {'use_gc': 2}),
+    ('samonadamw', {'only_norm': 'all'}),
+    ('samonsgd', {'rho': -0.2}),
 ]
 
 # valid settings, every one of them given, per family
@@ -61,6 +65,8 @@ GOOD: List[Tuple[str, Dict[str, Any]]] = [
     ('looksamadamw', {'rho': 0.05, 'alpha': 0.0, 'interval': 1, 'adaptive': False, 'eta': 0.5}),
     ('wsamadamw', {'rho': 0.1, 'gamma': 0.0, 'decouple': False, 'interval': 2}),
     ('friendlysam', {'rho': 0.1, 'sigma': 0.0, 'lmbda': 1.0, 'm_sharpness': 4}),
+    ('gsamsgd', {'use_gc': True, 'rho_max': 0.1}),
+    ('samonadamw', {'rho': 0.1, 'only_norm': False}),
 ]
 
 

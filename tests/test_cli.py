@@ -259,7 +259,7 @@ def test_recipes_list_and_show(capsys):
     path = REPO / 'recipes' / 'examples' / 'sam_minimal.yaml'
     assert code == 0 and out == f'# {path}\n' + path.read_text()
     code, _, err = cli(capsys, 'recipes', 'show', 'examples/sam')
-    assert code == 2 and _errors(err, 'recipes')[0].endswith('did you mean examples/sam_minimal?')
+    assert code == 2 and 'did you mean examples/sam_minimal' in _errors(err, 'recipes')[0]
 
 
 def test_recipes_check(capsys, timm_scripts, tmp_path):

@@ -447,7 +447,7 @@ def test_state_dict_hooks():
     opt.register_state_dict_post_hook(lambda o, sd: dict(sd, note='hooked'))
     sd = opt.state_dict()
     assert seen == ['save'] and sd['note'] == 'hooked' and sd['sam'] == {
-        'clip_grad': None, 'clip_mode': 'norm', 'interval': 1, 'm_sharpness': None, 'step': 0}
+        'clip_grad': None, 'clip_mode': 'norm', 'interval': 1, 'm_sharpness': None, 'use_gc': False, 'step': 0}
 
     def raise_clip(o, sd):
         sd = copy.deepcopy(sd)
@@ -958,7 +958,8 @@ def test_state_dict_round_trip_and_bit_identical_resume(base_cls, kw):
     _train(model, opt, task, batches[:3])
     sd = copy.deepcopy(opt.state_dict())
     model_sd = copy.deepcopy(model.state_dict())
-    assert sd['sam'] == {'clip_grad': 2.0, 'clip_mode': 'norm', 'interval': 1, 'm_sharpness': None, 'step': 3}
+    assert sd['sam'] == {'clip_grad': 2.0, 'clip_mode': 'norm', 'interval': 1, 'm_sharpness': None, 'use_gc': False,
+                         'step': 3}
     assert all(g['rho'] == 0.15 and g['adaptive'] for g in sd['param_groups'])
     key = 'momentum_buffer' if base_cls is torch.optim.SGD else 'exp_avg_sq'
     assert all(key in s for s in sd['state'].values()) and len(sd['state']) == 6

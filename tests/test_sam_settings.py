@@ -15,11 +15,13 @@ from timm.optim import get_optimizer_class
 from timm_ext.optim import (
     GSAM,
     SAM,
+    SAMON,
     WSAM,
     FactoryFriendlySAM,
     FactoryGSAM,
     FactoryLookSAM,
     FactorySAM,
+    FactorySAMON,
     FactoryWSAM,
     FriendlySAM,
     GSAMSettings,
@@ -57,21 +59,21 @@ def _params(opt):
 
 def test_sam_opt_kwargs_lists_every_family_setting_and_base():
     assert sam_opt_kwargs() == ('base', 'rho', 'adaptive', 'eta', 'clip_grad', 'clip_mode', 'interval', 'm_sharpness',
-                                'rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min', 'gamma', 'decouple', 'sigma',
-                                'lmbda')
+                                'use_gc', 'rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min', 'gamma', 'decouple',
+                                'sigma', 'lmbda', 'only_norm')
     base_takes = set(inspect.signature(torch.optim.AdamW).parameters)
     assert not base_takes & set(sam_opt_kwargs())
 
 
 def test_signatures_follow_the_declarations():
     assert _params(SAM) == ['params', 'base_optimizer', 'rho', 'adaptive', 'eta', 'clip_grad', 'clip_mode', 'model',
-                            'interval', 'm_sharpness', 'base_kwargs']
+                            'interval', 'm_sharpness', 'use_gc', 'base_kwargs']
     assert _params(GSAM)[2:7] == ['rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min'] and 'rho' not in _params(GSAM)
     assert _params(LookSAM)[2:5] == ['rho', 'alpha', 'interval']
     assert inspect.signature(LookSAM).parameters['interval'].default == 5
     assert _params(WSAM)[2:5] == ['rho', 'gamma', 'decouple'] and _params(FriendlySAM)[2:5] == ['rho', 'sigma', 'lmbda']
     for create, family in ((FactorySAM, SAM), (FactoryGSAM, GSAM), (FactoryLookSAM, LookSAM), (FactoryWSAM, WSAM),
-                           (FactoryFriendlySAM, FriendlySAM)):
+                           (FactoryFriendlySAM, FriendlySAM), (FactorySAMON, SAMON)):
         # a bare name's class: the family's arguments, the three timm's factory hands any optimizer, then the rest
         assert _params(create) == ['params', 'base'] + _params(family)[2:-1] + ['eps', 'betas', 'momentum',
                                                                                 'base_kwargs']
@@ -88,10 +90,11 @@ def test_signatures_follow_the_declarations():
 
 # a valid value other than the default for every setting of every family
 _NON_DEFAULT = dict(rho=0.07, adaptive=True, eta=0.02, clip_grad=1.5, clip_mode='value', interval=2, m_sharpness=4,
-                    rho_max=0.08, rho_min=0.03, alpha=0.3, lr_max=0.5, lr_min=0.001)
+                    use_gc=True, rho_max=0.08, rho_min=0.03, alpha=0.3, lr_max=0.5, lr_min=0.001, gamma=0.6,
+                    decouple=False, sigma=0.5, lmbda=0.7, only_norm=False)
 
 
-@pytest.mark.parametrize('family', [SAM, GSAM, LookSAM])
+@pytest.mark.parametrize('family', [SAM, GSAM, LookSAM, WSAM, FriendlySAM, SAMON])
 def test_each_hand_written_signature_takes_every_setting_with_its_declared_default(family):
     """The signature is written by hand (help() and an IDE show it); this is what keeps it and the fields agreeing."""
     signature = inspect.signature(family).parameters
@@ -114,7 +117,7 @@ def test_a_new_setting_needs_its_field_and_its_argument_and_reaches_everything(c
     with pytest.raises(ValueError, match=r'^SAM beta must be in \(0, 1\), got beta=2$'):
         _BetaSAM(torch.optim.SGD(model.parameters(), lr=0.1), beta=2)
     opt = _BetaSAM(torch.optim.SGD(model.parameters(), lr=0.1), beta=0.7)
-    assert opt.settings.beta == 0.7 and repr(opt).endswith('interval=1, m_sharpness=None, beta=0.7)')
+    assert opt.settings.beta == 0.7 and repr(opt).endswith('interval=1, m_sharpness=None, use_gc=False, beta=0.7)')
     assert 'beta' not in opt.base_optimizer.defaults  # a setting, not a base-optimizer argument
     sd = opt.state_dict()
     assert sd['sam']['beta'] == 0.7

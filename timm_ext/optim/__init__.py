@@ -1,7 +1,7 @@
 """Optimizers of timm-ext, registered with timm's optimizer factory on import.
 
-``SAM`` wraps any torch/timm optimizer, ``GSAM``, ``LookSAM``, ``WSAM`` and ``FriendlySAM`` are SAM variants built
-the same way;
+``SAM`` wraps any torch/timm optimizer, ``GSAM``, ``LookSAM``, ``WSAM``, ``FriendlySAM`` and ``SAMON`` are SAM
+variants built the same way;
 ``SAM.step()`` is one update, top to bottom in ``sam.py`` (a closure in torch's or davda54/sam's convention;
 timm's training task replayed after ``replay_timm_task``; m-sharpness chunks in ``m_sharpness``).
 ``import timm_ext`` makes ``timm.optim.create_optimizer_v2`` (and a train.py recipe's ``opt:``) build
@@ -23,14 +23,17 @@ from timm_ext.optim.sam_factory import (
     FactoryGSAM,
     FactoryLookSAM,
     FactorySAM,
+    FactorySAMON,
     FactoryWSAM,
     list_sam_bases,
     register_sam_optimizers,
 )
+from timm_ext.optim.sam_on import SAMON
 from timm_ext.optim.sam_settings import (
     FriendlySAMSettings,
     GSAMSettings,
     LookSAMSettings,
+    SAMONSettings,
     SAMSettings,
     WSAMSettings,
     sam_opt_kwargs,
@@ -40,7 +43,8 @@ from timm_ext.optim.wsam import WSAM
 
 register_sam_optimizers()
 
-__all__ = ['ASAM_RHO', 'BatchChunk', 'FactoryFriendlySAM', 'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'FactoryWSAM',
-           'FriendlySAM', 'FriendlySAMSettings', 'GSAM', 'GSAMSettings', 'LookSAM', 'LookSAMSettings',
-           'NoSecondPassError', 'SAM', 'SAMSettings', 'SAM_BASES', 'SAM_RHO', 'WSAM', 'WSAMSettings', 'list_sam_bases',
-           'register_sam_optimizers', 'replay_timm_task', 'sam_opt_kwargs']
+__all__ = ['ASAM_RHO', 'BatchChunk', 'FactoryFriendlySAM', 'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM',
+           'FactorySAMON', 'FactoryWSAM', 'FriendlySAM', 'FriendlySAMSettings', 'GSAM', 'GSAMSettings', 'LookSAM',
+           'LookSAMSettings', 'NoSecondPassError', 'SAM', 'SAMON', 'SAMONSettings', 'SAMSettings', 'SAM_BASES',
+           'SAM_RHO', 'WSAM', 'WSAMSettings', 'list_sam_bases', 'register_sam_optimizers', 'replay_timm_task',
+           'sam_opt_kwargs']

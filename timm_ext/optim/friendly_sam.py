@@ -41,7 +41,7 @@ class FriendlySAM(SAM):
         rho: SAM's radius.
         sigma: how much of the gradients' moving average the perturbation leaves out (0: SAM), >= 0.
         lmbda: that moving average's decay, in [0, 1].
-        adaptive, eta, clip_grad, clip_mode, model, interval, m_sharpness: as for :class:`SAM`.
+        adaptive, eta, clip_grad, clip_mode, model, interval, m_sharpness, use_gc: as for :class:`SAM`.
         **base_kwargs: davda54/sam style: the base optimizer's arguments.
     """
     Settings = FriendlySAMSettings
@@ -60,10 +60,12 @@ class FriendlySAM(SAM):
             model: Optional[nn.Module] = None,
             interval: int = 1,
             m_sharpness: Optional[int] = None,
+            use_gc: bool = False,
             **base_kwargs: Any,
     ) -> None:
         super().__init__(params, base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad,
-                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness, sigma=sigma,
+                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness,
+                         use_gc=use_gc, sigma=sigma,
                          lmbda=lmbda, **base_kwargs)
 
     def _init_runtime(self) -> None:

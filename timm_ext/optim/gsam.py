@@ -47,7 +47,7 @@ class GSAM(SAM):
         lr_max: the schedule's peak learning rate; None = the first param group's lr when GSAM is
             built (timm's factory builds it before the scheduler touches the lr).
         lr_min: the schedule's lowest learning rate (train.py's ``min_lr``).
-        adaptive, eta, clip_grad, clip_mode, model, interval, m_sharpness: as for :class:`SAM`.
+        adaptive, eta, clip_grad, clip_mode, model, interval, m_sharpness, use_gc: as for :class:`SAM`.
         **base_kwargs: davda54/sam style: the base optimizer's arguments.
     """
     Settings = GSAMSettings
@@ -69,13 +69,14 @@ class GSAM(SAM):
             model: Optional[nn.Module] = None,
             interval: int = 1,
             m_sharpness: Optional[int] = None,
+            use_gc: bool = False,
             **base_kwargs: Any,
     ) -> None:
         if 'rho' in base_kwargs:
             raise TypeError(f'GSAM got rho={base_kwargs["rho"]!r}: its radius is scheduled between rho_min and '
                             f'rho_max, give those instead')
         super().__init__(params, base_optimizer, adaptive=adaptive, eta=eta, clip_grad=clip_grad,
-                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness,
+                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness, use_gc=use_gc,
                          rho_max=rho_max, rho_min=rho_min, alpha=alpha, lr_max=lr_max, lr_min=lr_min, **base_kwargs)
         if self.settings.lr_max is None:
             self.settings = self.settings.replace(' (lr_max = the initial lr)', lr_max=self._schedule_lr())

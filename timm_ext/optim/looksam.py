@@ -46,7 +46,7 @@ class LookSAM(SAM):
         rho: SAM's radius on the full SAM steps.
         alpha: weight of the reused direction, in [0, 1).
         interval: k, a full SAM step every k-th step (the first one included).
-        adaptive, eta, clip_grad, clip_mode, model, m_sharpness: as for :class:`SAM`.
+        adaptive, eta, clip_grad, clip_mode, model, m_sharpness, use_gc: as for :class:`SAM`.
         **base_kwargs: davda54/sam style: the base optimizer's arguments.
     """
     Settings = LookSAMSettings
@@ -65,10 +65,12 @@ class LookSAM(SAM):
             clip_mode: str = 'norm',
             model: Optional[nn.Module] = None,
             m_sharpness: Optional[int] = None,
+            use_gc: bool = False,
             **base_kwargs: Any,
     ) -> None:
         super().__init__(params, base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad,
-                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness, alpha=alpha,
+                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness,
+                         use_gc=use_gc, alpha=alpha,
                          **base_kwargs)
 
     @torch.no_grad()

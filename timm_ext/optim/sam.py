@@ -59,6 +59,8 @@ class SAM(SAMCheckpointing, WrappedOptimizer):
         interval: a SAM step every ``interval``-th update, a plain base-optimizer step in between.
         m_sharpness: images per perturbation: each worker's batch is cut into chunks of this many images,
             each ascends with its own gradient, and the descent gradient is the chunks' mean (``m_sharpness``).
+        use_gc: GC-SAM: the first-pass gradient centralized (each weight's output channels to mean 0, tensors of 2
+            or more dimensions) before anything reads it, so the perturbation is along it (``sam_functional``).
         **base_kwargs: davda54/sam style: the base optimizer's arguments (``lr``, ``momentum``, ...).
 
     Three ways to drive it: ``step(closure)`` (torch's or davda54/sam's closure convention); ``first_step()`` and
@@ -75,6 +77,7 @@ class SAM(SAMCheckpointing, WrappedOptimizer):
     observe_sam_gradient: ClassVar[Optional[Callable[..., None]]] = None  # (params, clean): before the base step
     after_sam_step: ClassVar[Optional[Callable[..., None]]] = None  # (): after a SAM step's base step
     adjust_plain_gradient: ClassVar[Optional[Callable[..., None]]] = None  # (params): a plain step's gradient
+    sam_parameters: ClassVar[Optional[Callable[..., Any]]] = None  # (): the only parameters perturb() moves (SAM-ON)
 
     def __init__(
             self,
@@ -88,12 +91,13 @@ class SAM(SAMCheckpointing, WrappedOptimizer):
             model: Optional[nn.Module] = None,
             interval: int = 1,
             m_sharpness: Optional[int] = None,
+            use_gc: bool = False,
             **base_kwargs: Any,
     ) -> None:
         if eta is None:  # code written for davda54/sam gets davda54/sam's ASAM
             eta = 0.0 if isinstance(base_optimizer, type) else ASAM_ETA
         given = dict(rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad, clip_mode=clip_mode,
-                     interval=interval, m_sharpness=m_sharpness)
+                     interval=interval, m_sharpness=m_sharpness, use_gc=use_gc)
         names = self.Settings.init_names()  # a family's own settings arrive through **base_kwargs
         given.update({name: base_kwargs.pop(name) for name in names if name in base_kwargs})
         self.settings = self.Settings(**{name: value for name, value in given.items() if name in names})
@@ -304,6 +308,8 @@ class SAM(SAMCheckpointing, WrappedOptimizer):
         Without a model, SAM's first pass at w + e runs in a ``BatchNormWatch`` (``descend`` warns if it moved any)."""
         if scaling is not None:
             scaling.unscale_first(self)
+        if self.settings.use_gc:
+            sam_functional.centralize_gradients_([local(p.grad) for p in self.params_with_grad()])
         if self.prepare_sam_step is not None:
             self.prepare_sam_step()
         if self._held is None and self.model is not None and next(self.model.buffers(), None) is not None:
@@ -319,9 +325,9 @@ class SAM(SAMCheckpointing, WrappedOptimizer):
         (ASAM: ||T g||); a zero or non-finite norm leaves w where it is. ``restore()`` undoes it."""
         if self._perturbed is not None:
             raise RuntimeError('SAM.perturb() was called twice; call restore() (or second_step()) first')
-        groups, norm = [], self._norm
+        groups, norm, only = [], self._norm, self.sam_parameters() if self.sam_parameters is not None else None
         for group in self.base_optimizer.param_groups:
-            params = [p for p in group['params'] if p.grad is not None]
+            params = [p for p in group['params'] if p.grad is not None and (only is None or p in only)]
             if params:  # under FSDP2 this rank's shards of the weights and gradients, else the tensors themselves
                 groups.append((group, params, [local(p) for p in params] if self._sharded else params,
                                [local(p.grad) if self._sharded else p.grad for p in params]))

@@ -10,8 +10,8 @@ have no underscore:
   (``opt_kwargs: {base: cadamw, rho: 0.1}`` in a recipe), ``adamw`` when none is given (``DEFAULT_BASE``);
 * ``gsam<base>`` / ``gsam`` (GSAM: ``rho_max``, ``rho_min``, ``alpha``, ``lr_max``, ``lr_min``),
   ``looksam<base>`` / ``looksam`` (LookSAM: ``rho``, ``alpha``, ``interval``), ``wsam<base>`` / ``wsam`` (WSAM:
-  ``rho``, ``gamma``, ``decouple``) and ``friendlysam<base>`` / ``friendlysam`` (FriendlySAM: ``rho``, ``sigma``,
-  ``lmbda``), same bases.
+  ``rho``, ``gamma``, ``decouple``), ``friendlysam<base>`` / ``friendlysam`` (FriendlySAM: ``rho``, ``sigma``,
+  ``lmbda``) and ``samon<base>`` / ``samon`` (SAM-ON: ``rho``, ``only_norm``), same bases.
 
 Every family takes ``interval`` (a SAM step every k-th update, plain steps between) and
 ``m_sharpness`` (images per perturbation).
@@ -57,12 +57,14 @@ from timm_ext.optim.friendly_sam import FriendlySAM
 from timm_ext.optim.gsam import GSAM
 from timm_ext.optim.looksam import LookSAM
 from timm_ext.optim.sam import SAM
+from timm_ext.optim.sam_on import SAMON
 from timm_ext.optim.sam_settings import ASAM_ETA, SAM_RHO
 from timm_ext.optim.wsam import WSAM
 
 __all__ = ['ASAM_CLASSES', 'ASAM_RHO', 'DEFAULT_BASE', 'FRIENDLYSAM_CLASSES', 'FactoryFriendlySAM', 'FactoryGSAM',
-           'FactoryLookSAM', 'FactorySAM', 'FactoryWSAM', 'GSAM_CLASSES', 'LOOKSAM_CLASSES', 'SAM_BASES', 'SAM_CLASSES',
-           'SAM_RHO', 'WSAM_CLASSES', 'list_sam_bases', 'register_sam_optimizers', 'sam_kwargs_problems']
+           'FactoryLookSAM', 'FactorySAM', 'FactorySAMON', 'FactoryWSAM', 'GSAM_CLASSES', 'LOOKSAM_CLASSES',
+           'SAMON_CLASSES', 'SAM_BASES', 'SAM_CLASSES', 'SAM_RHO', 'WSAM_CLASSES', 'list_sam_bases',
+           'register_sam_optimizers', 'sam_kwargs_problems']
 
 # bases that get a combined name (``sam<base>`` and ``asam<base>``); any other one works via ``base=``
 SAM_BASES = (
@@ -227,12 +229,15 @@ _DOCS = {
           "``gamma / (1 - gamma)`` as a regulariser.",
     FriendlySAM: "FriendlySAM around ``base`` built as timm's factory would (``friendlysam<base>``, ``friendlysam``):\n"
                  "the perturbation along the batch-specific part of the gradient.",
+    SAMON: "SAM-ON around ``base`` built as timm's factory would (``samon<base>``, ``samon``): only the normalization\n"
+           "layers' parameters perturbed; ``model`` defaults to the module given to ``create_optimizer_v2``.",
 }
 FactorySAM = _factory_class(SAM, 'FactorySAM', _DOCS[SAM], defaults={'rho': None})
 FactoryGSAM = _factory_class(GSAM, 'FactoryGSAM', _DOCS[GSAM])
 FactoryLookSAM = _factory_class(LookSAM, 'FactoryLookSAM', _DOCS[LookSAM])
 FactoryWSAM = _factory_class(WSAM, 'FactoryWSAM', _DOCS[WSAM])
 FactoryFriendlySAM = _factory_class(FriendlySAM, 'FactoryFriendlySAM', _DOCS[FriendlySAM])
+FactorySAMON = _factory_class(SAMON, 'FactorySAMON', _DOCS[SAMON])
 
 DEFAULT_BASE = 'adamw'  # the base of the bare names: what the ViT-SAM paper trained its ViTs and MLP-Mixers with
 # (Chen et al. 2022, Table 8: AdamW, betas (0.9, 0.999)); its ResNets' SGD is `samsgd`
@@ -246,6 +251,7 @@ _FAMILIES = {
     'wsam': (FactoryWSAM, WSAM, 'WSAM', {}, 'WSAM (weighted sharpness as a regulariser)'),
     'friendlysam': (FactoryFriendlySAM, FriendlySAM, 'FriendlySAM', {},
                     'FriendlySAM (F-SAM: the perturbation along the batch-specific gradient)'),
+    'samon': (FactorySAMON, SAMON, 'SAMON', {}, 'SAM-ON (only the normalization layers perturbed)'),
 }
 
 
@@ -275,13 +281,16 @@ FRIENDLYSAM_CLASSES = (FriendlySAMSGD, FriendlySAMMomentum, FriendlySAMNesterov,
                        FriendlySAMAdamW, FriendlySAMNAdam, FriendlySAMNAdamW, FriendlySAMRAdam, FriendlySAMLamb,
                        FriendlySAMLars, FriendlySAMLion, FriendlySAMAdan, FriendlySAMAdopt) = \
     tuple(_named_class('friendlysam', base) for base in SAM_BASES)
+SAMON_CLASSES = (SAMONSGD, SAMONMomentum, SAMONNesterov, SAMONSGDW, SAMONAdam, SAMONAdamW, SAMONNAdam, SAMONNAdamW,
+                 SAMONRAdam, SAMONLamb, SAMONLars, SAMONLion, SAMONAdan, SAMONAdopt) = \
+    tuple(_named_class('samon', base) for base in SAM_BASES)
 _NAMED = {'sam': SAM_CLASSES, 'asam': ASAM_CLASSES, 'gsam': GSAM_CLASSES, 'looksam': LOOKSAM_CLASSES,
-          'wsam': WSAM_CLASSES, 'friendlysam': FRIENDLYSAM_CLASSES}
+          'wsam': WSAM_CLASSES, 'friendlysam': FRIENDLYSAM_CLASSES, 'samon': SAMON_CLASSES}
 
 
 def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> None:
-    """Register ``sam``, ``asam``, ``gsam``, ``looksam``, ``wsam``, ``friendlysam`` and each of them + ``<base>`` with
-    timm's factory (``registry``: default, the one behind ``create_optimizer_v2``)."""
+    """Register ``sam``, ``asam``, ``gsam``, ``looksam``, ``wsam``, ``friendlysam``, ``samon`` and each of them +
+    ``<base>`` with timm's factory (``registry``: default, the one behind ``create_optimizer_v2``)."""
     if registry is None:
         registry = default_optimizer_registry()
     known = registry_optimizers(registry)

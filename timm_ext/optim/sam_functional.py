@@ -18,8 +18,8 @@ import torch.nn as nn
 from timm.models import model_parameters
 from timm.utils import dispatch_clip_grad
 
-__all__ = ['Groups', 'HAS_GET_TOTAL_NORM', 'clip_gradient_', 'cuda_devices_of', 'hold_buffers_',
-           'keep_', 'restore_buffers_', 'sam_perturb_', 'sam_restore_', 'total_norm']
+__all__ = ['Groups', 'HAS_GET_TOTAL_NORM', 'centralize_gradients_', 'clip_gradient_', 'cuda_devices_of',
+           'hold_buffers_', 'keep_', 'restore_buffers_', 'sam_perturb_', 'sam_restore_', 'total_norm']
 
 Store = Dict[torch.Tensor, torch.Tensor]
 # (param group, its parameters that have a gradient, their weights, their gradients)
@@ -71,6 +71,17 @@ def sam_perturb_(groups: Groups, backups: Store, clean: Optional[Store] = None,
         if math.isfinite(grad_norm) and grad_norm > 0 and group['rho'] > 0:
             torch._foreach_add_(weights, gs, alpha=group['rho'] / grad_norm)
     return grad_norm
+
+
+@torch.no_grad()
+def centralize_gradients_(grads: Sequence[torch.Tensor]) -> None:
+    """Gradient centralization (Yong et al., ECCV 2020), in place: each gradient of 2 or more dimensions (linear and
+    conv weights) has its mean over all but the first dimension removed, output channel by output channel; biases
+    and norm scales (1-D) are left as they are. GC-SAM's ascent direction (``SAM(use_gc=True)``). Under FSDP2 give
+    each rank's shards: FSDP2 splits rows (Shard(0)), so every row a rank holds is whole."""
+    for g in grads:
+        if g.dim() > 1:
+            g.sub_(g.mean(dim=tuple(range(1, g.dim())), keepdim=True))
 
 
 @torch.no_grad()

@@ -24,7 +24,7 @@ from timm_ext.arg_types import is_positive_int
 
 __all__ = ['ASAM_ETA', 'FRIENDLYSAM_LMBDA', 'FRIENDLYSAM_SIGMA', 'FriendlySAMSettings', 'GSAMSettings', 'GSAM_ALPHA',
            'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL', 'LookSAMSettings', 'SAMSettings',
-           'SAM_RHO', 'WSAMSettings', 'WSAM_GAMMA', 'sam_opt_kwargs']
+           'SAMONSettings', 'SAM_RHO', 'WSAMSettings', 'WSAM_GAMMA', 'sam_opt_kwargs']
 
 SAM_RHO = 0.05
 ASAM_ETA = 0.01  # ASAM paper's offset in T = |w| + eta (davda54/sam's constructor form: 0, see SAM)
@@ -81,6 +81,11 @@ def check_interval(interval: Any) -> None:
                          f'got interval={interval!r}')
 
 
+def check_use_gc(use_gc: Any) -> None:
+    if use_gc not in (True, False):
+        raise ValueError(f'SAM use_gc must be True or False, got use_gc={use_gc!r}')
+
+
 def check_m_sharpness(m_sharpness: Any) -> None:
     if m_sharpness is None:
         return
@@ -115,6 +120,11 @@ def _check_sigma(sigma: Any) -> None:
 def _check_lmbda(lmbda: Any) -> None:
     if not _is_number(lmbda) or not 0 <= lmbda <= 1:
         raise ValueError(f'FriendlySAM lmbda must be in [0, 1] (the momentum\'s decay), got lmbda={lmbda!r}')
+
+
+def _check_only_norm(only_norm: Any) -> None:
+    if only_norm not in (True, False):
+        raise ValueError(f'SAM-ON only_norm must be True or False, got only_norm={only_norm!r}')
 
 
 def _check_gsam_radius(name: str) -> Callable[[Any], None]:
@@ -158,6 +168,7 @@ class SAMSettings:
     clip_mode: str = setting('norm', check_clip_mode)
     interval: int = setting(1, check_interval)
     m_sharpness: Optional[int] = setting(None, check_m_sharpness)
+    use_gc: bool = setting(False, check_use_gc)
 
     family = 'SAM'
 
@@ -167,6 +178,7 @@ class SAMSettings:
             if f.init:
                 f.metadata['check'](getattr(self, f.name))
         object.__setattr__(self, 'adaptive', bool(self.adaptive))
+        object.__setattr__(self, 'use_gc', bool(self.use_gc))
 
     def _check_together(self) -> None:
         """Checks across fields (run before the per-field ones)."""
@@ -301,8 +313,17 @@ class FriendlySAMSettings(SAMSettings):
     family = 'FriendlySAM'
 
 
+@dataclass(frozen=True)
+class SAMONSettings(SAMSettings):
+    """SAM-ON's settings: SAM's, with ``only_norm`` (the perturbation moves only the normalization layers'
+    parameters; False: every parameter, SAM)."""
+    only_norm: bool = setting(True, _check_only_norm)
+
+    family = 'SAM-ON'
+
+
 FAMILIES: Tuple[Type[SAMSettings], ...] = (SAMSettings, GSAMSettings, LookSAMSettings, WSAMSettings,
-                                           FriendlySAMSettings)
+                                           FriendlySAMSettings, SAMONSettings)
 
 
 def sam_opt_kwargs() -> Tuple[str, ...]:

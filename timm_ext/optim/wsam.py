@@ -40,7 +40,7 @@ class WSAM(SAM):
         gamma: the sharpness weighs ``gamma / (1 - gamma)`` against the loss, in [0, 1).
         decouple: the sharpness as its own weight update after the base step (Algorithm 1); False: in the
             gradient the base optimizer applies.
-        adaptive, eta, clip_grad, clip_mode, model, interval, m_sharpness: as for :class:`SAM`.
+        adaptive, eta, clip_grad, clip_mode, model, interval, m_sharpness, use_gc: as for :class:`SAM`.
         **base_kwargs: davda54/sam style: the base optimizer's arguments.
     """
     Settings = WSAMSettings
@@ -60,10 +60,12 @@ class WSAM(SAM):
             model: Optional[nn.Module] = None,
             interval: int = 1,
             m_sharpness: Optional[int] = None,
+            use_gc: bool = False,
             **base_kwargs: Any,
     ) -> None:
         super().__init__(params, base_optimizer, rho=rho, adaptive=adaptive, eta=eta, clip_grad=clip_grad,
-                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness, gamma=gamma,
+                         clip_mode=clip_mode, model=model, interval=interval, m_sharpness=m_sharpness,
+                         use_gc=use_gc, gamma=gamma,
                          decouple=decouple, **base_kwargs)
 
     @property
