@@ -7,9 +7,9 @@ copy of the model and task; the time of a block of ``--period`` steps (one inter
 is measured for each in turn (interleaved repeats, median) and divided by the period, so a run with a
 SAM step every k-th update is charged its average step.
 
-Passes per step (forward-backward): AdamW 1; SAM and GSAM 2; SAM with ``interval=k`` and LookSAM
-with k: (k + 1) / k (1.2 at k = 5); m-sharpness in the train.py route: 1 + 2 (train.py's own pass,
-whose all-reduced gradient cannot be split, then both passes per chunk).
+Passes per step (forward-backward, a column of the table): AdamW 1; SAM, GC-SAM, GSAM, WSAM, FriendlySAM and
+SAM-ON 2; SAM with ``interval=k`` and LookSAM with k: (k + 1) / k (1.2 at k = 5); m-sharpness in the train.py route:
+1 + 2 (train.py's own pass, whose all-reduced gradient cannot be split, then both passes per chunk).
 
 One CPU thread by default: on a shared machine two threads' OpenMP spin-waits inflate both wall and
 CPU time unevenly (measured here: a train step of timm's test_vit took 0.60 s with 2 threads and 0.05 s with 1
@@ -29,22 +29,27 @@ import torch.nn as nn
 from timm.optim import create_optimizer_v2
 from timm.task import ClassificationTask
 
-import timm_ext  # noqa: F401  (registers samadamw, gsamadamw, looksamadamw)
+import timm_ext  # noqa: F401  (registers samadamw, gsamadamw, looksamadamw, wsamadamw, ...)
 from timm_ext.optim import SAM, replay_timm_task
 
 TARGET = 1.25  # interval-5 SAM and LookSAM-5 per step, relative to the base optimizer
 
 
-def variants(period: int, batch_size: int) -> Dict[str, Tuple[str, Dict[str, Any]]]:
+def variants(period: int, batch_size: int) -> Dict[str, Tuple[str, Dict[str, Any], float]]:
+    """label -> (timm name, its arguments, forward-backward passes per step)."""
     out = {
-        'adamw': ('adamw', {}),
-        'sam': ('samadamw', {}),
-        'gsam': ('gsamadamw', dict(rho_max=0.05, rho_min=0.02, alpha=0.1)),
-        f'sam interval={period}': ('samadamw', dict(interval=period)),
-        f'looksam k={period}': ('looksamadamw', dict(interval=period)),
+        'adamw': ('adamw', {}, 1.0),
+        'sam': ('samadamw', {}, 2.0),
+        'sam use_gc (GC-SAM)': ('samadamw', dict(use_gc=True), 2.0),
+        'gsam': ('gsamadamw', dict(rho_max=0.05, rho_min=0.02, alpha=0.1), 2.0),
+        'wsam': ('wsamadamw', {}, 2.0),
+        'friendlysam': ('friendlysamadamw', {}, 2.0),
+        'samon': ('samonadamw', {}, 2.0),
+        f'sam interval={period}': ('samadamw', dict(interval=period), (period + 1) / period),
+        f'looksam k={period}': ('looksamadamw', dict(interval=period), (period + 1) / period),
     }
     if batch_size % 2 == 0 and batch_size >= 2:
-        out[f'sam m_sharpness={batch_size // 2}'] = ('samadamw', dict(m_sharpness=batch_size // 2))
+        out[f'sam m_sharpness={batch_size // 2}'] = ('samadamw', dict(m_sharpness=batch_size // 2), 3.0)
     return out
 
 
@@ -62,7 +67,8 @@ def bench(name: str, batch_size: int, period: int, repeats: int, warmup: int) ->
     y = torch.randint(0, 100, (batch_size,))
     blocks: Dict[str, Callable[[], None]] = {}
     keep = []  # models, tasks and optimizers stay alive (SAM holds its task weakly)
-    for label, (opt_name, kwargs) in variants(period, batch_size).items():
+    passes = {}
+    for label, (opt_name, kwargs, passes[label]) in variants(period, batch_size).items():
         m = copy.deepcopy(model).train()
         task = ClassificationTask(m, nn.CrossEntropyLoss(), verbose=False)
         opt = create_optimizer_v2(m, opt_name, lr=1e-4, weight_decay=0.05, foreach=True, **kwargs)
@@ -91,8 +97,8 @@ def bench(name: str, batch_size: int, period: int, repeats: int, warmup: int) ->
     rows = []
     for label in blocks:
         med = statistics.median(wall[label])
-        rows.append(dict(model=name, batch=batch_size, optimizer=label, step_s=med, ratio=med / base_wall,
-                         ratio_cpu=statistics.median(cpu[label]) / base_cpu))
+        rows.append(dict(model=name, batch=batch_size, optimizer=label, passes=passes[label], step_s=med,
+                         ratio=med / base_wall, ratio_cpu=statistics.median(cpu[label]) / base_cpu))
     return rows
 
 
@@ -109,11 +115,12 @@ def main() -> None:
     print(f'torch {torch.__version__}, timm {timm.__version__}, CPU threads {torch.get_num_threads()}, '
           f'batch {args.batch_size}, blocks of {args.period} train.py-route steps, median of {args.repeats} '
           f'interleaved repeats (wall-clock and process CPU time)')
-    print('| model | optimizer | s / step | ratio to AdamW | ratio (CPU time) |')
-    print('|---|---|---:|---:|---:|')
+    print('| model | optimizer | passes / step | s / step | ratio to AdamW | ratio (CPU time) |')
+    print('|---|---|---:|---:|---:|---:|')
     for name in args.models:
         for r in bench(name, args.batch_size, args.period, args.repeats, args.warmup):
-            print(f'| {r["model"]} | {r["optimizer"]} | {r["step_s"]:.3f} | {r["ratio"]:.3f} | {r["ratio_cpu"]:.3f} |')
+            print(f'| {r["model"]} | {r["optimizer"]} | {r["passes"]:g} | {r["step_s"]:.3f} | {r["ratio"]:.3f} | '
+                  f'{r["ratio_cpu"]:.3f} |')
     print(f'target: interval={args.period} SAM and LookSAM k={args.period} <= {TARGET}x AdamW')
 
 
