@@ -297,14 +297,14 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, caplog, accumulat
     checkpoint = tmp_path / 'run' / 'checkpoint-2'
     assert {'optimizer.pt', 'rng_state.pth', 'scheduler.pt'} <= set(os.listdir(checkpoint))
     assert torch.load(checkpoint / 'optimizer.pt', weights_only=True)['sam'] == dict(
-        clip_grad=None, clip_mode='norm', interval=3, m_sharpness=None, step=2)
+        clip_grad=None, clip_mode='norm', interval=3, m_sharpness=None, use_gc=False, step=2)
     with caplog.at_level(logging.WARNING, logger='timm_ext.optim.sam'):
         resumed, resumed_sam = _resumable_run(tmp_path / 'run', 4, accumulation, resume=str(checkpoint),
                                               rho=0.1, interval=1)  # the checkpoint's settings win
     assert 'SAM settings from the loaded state dict replace this run\'s: rho: 0.1 -> 0.05 in param groups [0]; ' \
            'interval: 1 -> 3' in caplog.text
     assert resumed_sam.state_dict()['sam'] == full_sam.state_dict()['sam'] == dict(
-        clip_grad=None, clip_mode='norm', interval=3, m_sharpness=None, step=4)
+        clip_grad=None, clip_mode='norm', interval=3, m_sharpness=None, use_gc=False, step=4)
     assert resumed_sam.param_groups[0]['rho'] == 0.05
     assert _moved(full, half) > 1e-2  # updates 3 and 4 moved the weights
     assert _max_diff(resumed, full) == 0.0  # measured: 0 (k = 1 and k = 2)
