@@ -45,6 +45,10 @@ def variants(period: int, batch_size: int) -> Dict[str, Tuple[str, Dict[str, Any
         'wsam': ('wsamadamw', {}, 2.0),
         'friendlysam': ('friendlysamadamw', {}, 2.0),
         'samon': ('samonadamw', {}, 2.0),
+        # ESAM at its paper's fractions: a forward-backward, a forward at w + e (about a third of one), and a
+        # forward-backward on half the batch
+        'esam': ('esamadamw', dict(weight_fraction=0.5, data_fraction=0.5), 1.0 + 1 / 3 + 0.5),
+        'msam (Momentum-SAM)': ('msamadamw', {}, 1.0),
         f'sam interval={period}': ('samadamw', dict(interval=period), (period + 1) / period),
         f'looksam k={period}': ('looksamadamw', dict(interval=period), (period + 1) / period),
     }

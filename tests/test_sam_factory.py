@@ -225,8 +225,9 @@ def test_each_combined_names_class_is_written_out_where_a_search_finds_it():
 
     from timm_ext.optim import sam_factory
     source = Path(sam_factory.__file__).read_text()
-    combined = [n for n in EXT_NAMES if n not in ('sam', 'asam', 'gsam', 'looksam', 'wsam', 'friendlysam', 'samon')]
-    assert len(combined) == 98  # 7 families x 14 bases
+    combined = [n for n in EXT_NAMES if n not in ('sam', 'asam', 'gsam', 'looksam', 'wsam', 'friendlysam', 'samon',
+                                                  'esam', 'msam')]
+    assert len(combined) == 126  # 9 families x 14 bases
     for name in combined:
         cls = get_optimizer_class(name, bind_defaults=False)
         assert getattr(sam_factory, cls.__name__) is cls and re.search(rf'[ (]{cls.__name__}[,)]', source), name

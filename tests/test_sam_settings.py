@@ -13,13 +13,16 @@ import torch.nn as nn
 from timm.optim import get_optimizer_class
 
 from timm_ext.optim import (
+    ESAM,
     GSAM,
     SAM,
     SAMON,
     WSAM,
+    FactoryESAM,
     FactoryFriendlySAM,
     FactoryGSAM,
     FactoryLookSAM,
+    FactoryMomentumSAM,
     FactorySAM,
     FactorySAMON,
     FactoryWSAM,
@@ -27,6 +30,7 @@ from timm_ext.optim import (
     GSAMSettings,
     LookSAM,
     LookSAMSettings,
+    MomentumSAM,
     SAMSettings,
     sam_opt_kwargs,
 )
@@ -60,7 +64,7 @@ def _params(opt):
 def test_sam_opt_kwargs_lists_every_family_setting_and_base():
     assert sam_opt_kwargs() == ('base', 'rho', 'adaptive', 'eta', 'clip_grad', 'clip_mode', 'interval', 'm_sharpness',
                                 'use_gc', 'rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min', 'gamma', 'decouple',
-                                'sigma', 'lmbda', 'only_norm')
+                                'sigma', 'lmbda', 'only_norm', 'weight_fraction', 'data_fraction', 'seed')
     base_takes = set(inspect.signature(torch.optim.AdamW).parameters)
     assert not base_takes & set(sam_opt_kwargs())
 
@@ -73,7 +77,8 @@ def test_signatures_follow_the_declarations():
     assert inspect.signature(LookSAM).parameters['interval'].default == 5
     assert _params(WSAM)[2:5] == ['rho', 'gamma', 'decouple'] and _params(FriendlySAM)[2:5] == ['rho', 'sigma', 'lmbda']
     for create, family in ((FactorySAM, SAM), (FactoryGSAM, GSAM), (FactoryLookSAM, LookSAM), (FactoryWSAM, WSAM),
-                           (FactoryFriendlySAM, FriendlySAM), (FactorySAMON, SAMON)):
+                           (FactoryFriendlySAM, FriendlySAM), (FactorySAMON, SAMON), (FactoryESAM, ESAM),
+                           (FactoryMomentumSAM, MomentumSAM)):
         # a bare name's class: the family's arguments, the three timm's factory hands any optimizer, then the rest
         assert _params(create) == ['params', 'base'] + _params(family)[2:-1] + ['eps', 'betas', 'momentum',
                                                                                 'base_kwargs']
@@ -91,10 +96,12 @@ def test_signatures_follow_the_declarations():
 # a valid value other than the default for every setting of every family
 _NON_DEFAULT = dict(rho=0.07, adaptive=True, eta=0.02, clip_grad=1.5, clip_mode='value', interval=2, m_sharpness=4,
                     use_gc=True, rho_max=0.08, rho_min=0.03, alpha=0.3, lr_max=0.5, lr_min=0.001, gamma=0.6,
-                    decouple=False, sigma=0.5, lmbda=0.7, only_norm=False)
+                    decouple=False, sigma=0.5, lmbda=0.7, only_norm=False, weight_fraction=0.25, data_fraction=0.75,
+                    seed=7)
 
 
-@pytest.mark.parametrize('family', [SAM, GSAM, LookSAM, WSAM, FriendlySAM, SAMON])
+@pytest.mark.filterwarnings('ignore:Momentum-SAM was not given the model')
+@pytest.mark.parametrize('family', [SAM, GSAM, LookSAM, WSAM, FriendlySAM, SAMON, ESAM, MomentumSAM])
 def test_each_hand_written_signature_takes_every_setting_with_its_declared_default(family):
     """The signature is written by hand (help() and an IDE show it); this is what keeps it and the fields agreeing."""
     signature = inspect.signature(family).parameters
@@ -107,7 +114,10 @@ def test_each_hand_written_signature_takes_every_setting_with_its_declared_defau
     assert declared == fields
     assert inspect.getsource(family.__init__).count('**base_kwargs') >= 2  # the hand-written one, not generated
     given = {name: _NON_DEFAULT[name] for name in fields}  # a new setting needs a value here: this test says so
-    settings = family(torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1), **given).settings
+    if family is ESAM:  # its sample selection and m-sharpness exclude each other
+        given['m_sharpness'] = None
+    base = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1, momentum=0.9)  # Momentum-SAM needs a momentum
+    settings = family(base, **given).settings
     assert {name: getattr(settings, name) for name in fields} == given  # each argument reaches its setting
 
 

@@ -31,17 +31,23 @@ if ! "$py" -c 'import expecttest' 2> /dev/null; then
   "$py" -m pip install --quiet expecttest
 fi
 
-# the names timm-ext registers: timm's optimizer registry, entries whose class is one of timm_ext's SAM classes
+# the names timm-ext registers: timm's optimizer registry, entries whose class is one of timm_ext's SAM classes; those
+# with a second pass (all but Momentum-SAM's) also in timm_ext_two_pass.txt
 "$py" -W ignore -c '
+import sys
+
 from timm.optim import get_optimizer_info, list_optimizers
 
-from timm_ext.optim import SAM
+from timm_ext.optim import SAM, MomentumSAM
 
-for name in list_optimizers():
-    cls = get_optimizer_info(name).opt_class
-    if isinstance(cls, type) and issubclass(cls, SAM):
-        print(name)
-' > "$work/timm_ext_names.txt"
+with open(sys.argv[1], "w") as names, open(sys.argv[2], "w") as two_pass:
+    for name in list_optimizers():
+        cls = get_optimizer_info(name).opt_class
+        if isinstance(cls, type) and issubclass(cls, SAM):
+            print(name, file=names)
+            if not issubclass(cls, MomentumSAM):
+                print(name, file=two_pass)
+' "$work/timm_ext_names.txt" "$work/timm_ext_two_pass.txt"
 
 # a pytest plugin beside the file (the folder the tests run from is on sys.path)
 cat > "$work/timm_ext_select.py" << 'PLUGIN'
@@ -53,14 +59,17 @@ a plain base step that would silently not be SAM (davda54/sam refuses the same; 
 the same reason). Those tests are expected to fail with exactly that error (strict: a pass, or any other failure,
 fails the lane), and the summary counts them apart.
 """
+import fnmatch
 import os
 
 import pytest
+import torch
 from timm.optim import list_optimizers
 
 from timm_ext.optim import NoSecondPassError
 
 NAMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'timm_ext_names.txt')
+TWO_PASS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'timm_ext_two_pass.txt')
 STEP_WITHOUT_CLOSURE = {
     'test_optimizer_copy', 'test_optimizer_param_group_independent', 'test_optimizer_zero_lr',
     'test_optimizer_tensor_lr', 'test_optimizer_resume', 'test_optimizer_low_precision',
@@ -68,19 +77,62 @@ STEP_WITHOUT_CLOSURE = {
 }
 REFUSED = pytest.mark.xfail(strict=True, raises=NoSecondPassError, reason=(
     'SAM refuses step() with hand-set gradients and no closure (NoSecondPassError): no second pass to run'))
+# Momentum-SAM (one pass) runs every test; a few properties differ by design, as timm's own _PROPERTY_EXCEPTIONS
+# list such deviations for its optimizers: (test, name pattern, parameter dtype or None, reason), each expected to fail
+# its assertion (strict)
+ONE_PASS_EXCEPTIONS = [
+    ('test_optimizer_zero_lr', 'msam*', None, 'Momentum-SAM without a model leaves the weights at w - rho v / ||v|| '
+     'after step() with hand-set gradients, as its paper\'s code: lr 0 still displaces them'),
+    ('test_optimizer_param_group_independent', 'msam*', None, 'Momentum-SAM\'s ||v|| spans all param groups, as its '
+     'paper\'s (timm exempts *lamb* for its global grad norm)'),
+    ('test_optimizer_resume', 'msamnadam', torch.bfloat16, 'timm exempts nadam: torch.optim.NAdam keeps mu_product '
+     'in fp32, cast to the param dtype by Optimizer.load_state_dict'),
+    ('test_optimizer_foreach_parity', 'msamradam', None, 'a compiled RAdam step differs from the eager one at float32 '
+     'precision in the float64 parameter (timm allows 1e-6); the weights, read displaced by rho 3 along v / ||v||, '
+     'differ by 1.4e-6'),
+]
+# (test, name, reason): not run; the summary prints each
+DESELECTED = [
+    ('test_optim_factory', 'msamlion', 'its toy problem is drawn unseeded, and rho 3 (the paper\'s, for networks) '
+     'moves its 55 weights by 3 before each gradient: Lion\'s sign update lowers the loss on some draws, not on '
+     'others (at rho 0.3 it does on every draw tried), so its outcome is chance'),
+]
+DESELECTED_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'timm_ext_deselected.txt')
+
+
+def one_pass_exception(item):
+    """The reason ``item`` (a test naming a one-pass optimizer) is expected to fail, else None."""
+    params = getattr(item, 'callspec', None)
+    params = params.params if params is not None else {}
+    names = [v[0] if isinstance(v, tuple) else v for v in params.values()]
+    for test, pattern, dtype, reason in ONE_PASS_EXCEPTIONS:
+        if item.originalname == test and any(isinstance(n, str) and fnmatch.fnmatch(n, pattern) for n in names) \
+                and (dtype is None or params.get('dtype') == dtype):
+            return reason
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
     with open(NAMES) as f:
         ours = set(f.read().split())
+    with open(TWO_PASS) as f:
+        two_pass = set(f.read().split())  # Momentum-SAM steps on hand-set gradients as any one-pass optimizer
     registry = set(list_optimizers())
     registry |= {f'lookahead_{name}' for name in registry}  # timm's factory takes a lookahead_ prefix on any name
     everything = os.environ.get('TIMM_EXT_OPTIM_ALL') == '1'
     keep, drop = [], []
     for item in items:
         params = set(item.name.partition('[')[2].rstrip(']').split('-'))  # e.g. test_optimizer_copy[samadamw-pickle]
-        if params & ours and item.originalname in STEP_WITHOUT_CLOSURE:
+        if params & two_pass and item.originalname in STEP_WITHOUT_CLOSURE:
             item.add_marker(REFUSED)
+        elif params & (ours - two_pass) and one_pass_exception(item):
+            item.add_marker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=one_pass_exception(item)))
+        reason = next((r for test, name, r in DESELECTED if item.originalname == test and name in params), None)
+        if reason is not None:
+            with open(DESELECTED_FILE, 'a') as f:
+                print(f'{item.name}: {reason}', file=f)
+            drop.append(item)
+            continue
         (keep if everything or params & ours or not params & registry else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -126,8 +178,14 @@ covered = set().union(*map(names_of, ours))
 print(f'== optim lane, timm {version}: {count(outcomes, "passed")} passed, {count(outcomes, "skipped")} skipped, '
       f'{count(outcomes, "failed")} failed of {len(outcomes)} run; naming timm-ext\'s optimizers: '
       f'{count(ours, "passed")} passed, {count(ours, "skipped")} skipped, {count(ours, "failed")} failed, '
-      f'{count(ours, "refused")} refused by design (step() without a closure: NoSecondPassError) of {len(ours)} '
+      f'{count(ours, "refused")} refused or exempt by design (SAM\'s step() without a closure: NoSecondPassError; '
+      f'Momentum-SAM\'s two properties) of {len(ours)} '
       f'({len(covered)} of the {len(names)} names timm-ext registers); {seconds} s')
+deselected = os.path.join(os.path.dirname(report), 'timm_ext_deselected.txt')
+if os.path.exists(deselected):
+    with open(deselected) as f:
+        for line in sorted(set(f.read().splitlines())):
+            print(f'optim lane: not run, {line}')
 if names - covered:
     print(f'optim lane: no test of timm {version} names {" ".join(sorted(names - covered))}')
 if not ours:

@@ -9,7 +9,8 @@ not used: each recorded call is cut into chunks, and both passes of every chunk 
 ``TaskReplay`` is the recorder ``replay_timm_task`` attaches to a SAM (``SAM.attach_replay``); ``SAM.step()`` asks
 it for this step's calls and replays them.
 """
-from typing import TYPE_CHECKING, Any, ContextManager, List, Optional, Tuple
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, List, Optional, Tuple
 
 import torch
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from timm_ext.optim.loss_scaling import LossScaling
     from timm_ext.optim.sam import SAM
 
-__all__ = ['ReplayChunks', 'TaskReplay']
+__all__ = ['ReplayChunks', 'TaskReplay', 'per_sample_losses']
 
 
 class TaskReplay(TaskRecorder):
@@ -51,6 +52,26 @@ class TaskReplay(TaskRecorder):
                 'SAM.step() without a closure can only re-evaluate the loss inside timm\'s train.py task API, '
                 f'but no timm TrainingTask call was captured since the last step{closed}: {HOW_TO_USE}')
         return calls
+
+    def replay_selected(self, calls: List[TaskCall], scale: Optional[Callable[[Any], Any]]) -> List[torch.Tensor]:
+        """The pass at w + e on the rows the optimizer's ``sample_selector`` (ESAM) chooses from each call's
+        per-sample losses at w (the logits the task returned) and at w + e (one forward without gradient)."""
+        select = self._optimizer_ref().sample_selector
+        task = self.task
+        criterion = getattr(task, 'criterion', None)
+        chosen = []
+        for call in calls:
+            if criterion is None or call.output is None or len(call.args) < 2:
+                raise ValueError(f'ESAM data_fraction < 1 needs a task called as task(input, target) with a '
+                                 f'criterion and logits in its output (timm\'s ClassificationTask), got '
+                                 f'{type(task).__name__}: use data_fraction=1 with it')
+            x, target = call.args[0], call.args[1]
+            with torch.no_grad(), call.autocast(), call.random_state():  # the first pass's masks, at w + e
+                after = task(*call.args, **call.kwargs)['output']
+            before, after = (per_sample_losses(criterion, logits, target) for logits in (call.output, after))
+            rows = select(before, after)
+            chosen.append(dataclasses.replace(call.rows(x.shape[0], rows), rng=call.rng))
+        return self.replay(chosen, scale)
 
     @staticmethod
     def is_one_chunk(calls: List[TaskCall], m_sharpness: int) -> bool:
@@ -100,6 +121,12 @@ class ReplayChunks:
         call, batch, rows = self.items[index]
         with sync_context(self.no_sync), self._rng.restored():
             self.recorder.replay([call.rows(batch, rows)])
+
+
+def per_sample_losses(criterion: Callable[..., torch.Tensor], logits: torch.Tensor,
+                      target: torch.Tensor) -> torch.Tensor:
+    """Each sample's loss under the task's criterion (any timm loss that averages over the batch: one row each)."""
+    return torch.stack([criterion(logits[i:i + 1].float(), target[i:i + 1]).detach() for i in range(len(logits))])
 
 
 def _chunks(calls: List[TaskCall], m_sharpness: int) -> List[Tuple[TaskCall, int, slice]]:

@@ -11,10 +11,10 @@ One update, as the paper writes it:
     h = grad L(w + e)                  # second pass, same dropout / drop-path masks as the first
     w = base_optimizer.step(w, h)      # from w, with the gradient taken at w + e
 
-``step(closure)`` is that update, top to bottom (``_closure_update``; the arithmetic in ``sam_functional``);
-``first_step()`` / ``second_step()`` its halves around your second pass; ``step()`` alone replays timm's training task.
-A plain fp32 step enters only what it uses: fp16 loss scaling, m-sharpness, sharded parameters, the task replay, a
-framework's refusals (asked once per kind of closure) and a variant's hooks (None here) enter when configured or met.
+``step(closure)`` is that update, top to bottom (``_closure_update``; the arithmetic in ``sam_functional``); its halves
+``first_step()`` / ``second_step()`` go around your second pass; ``step()`` alone replays timm's training task. A plain
+fp32 step enters only what it uses: fp16 scaling, m-sharpness, sharded parameters, the task replay, a framework's
+refusals (once per kind of closure), a variant's hooks (None here) enter when configured or met.
 """
 import warnings
 import weakref
@@ -78,6 +78,7 @@ class SAM(SAMCheckpointing, WrappedOptimizer):
     after_sam_step: ClassVar[Optional[Callable[..., None]]] = None  # (): after a SAM step's base step
     adjust_plain_gradient: ClassVar[Optional[Callable[..., None]]] = None  # (params): a plain step's gradient
     sam_parameters: ClassVar[Optional[Callable[..., Any]]] = None  # (): the only parameters perturb() moves (SAM-ON)
+    sample_selector: ClassVar[Optional[Callable[..., Any]]] = None  # (before, after): the second pass's rows (ESAM)
 
     def __init__(
             self,
@@ -264,8 +265,9 @@ class SAM(SAMCheckpointing, WrappedOptimizer):
             self.plain_step(scaling)  # train.py ran the one pass
         elif m_sharpness and not self.replay.is_one_chunk(calls, m_sharpness):
             self.replay.chunked_step(self, calls, scaling)
-        else:  # train.py's backward was the first pass: the task's calls replayed at w + e
-            self._update_from_here(partial(self.replay.replay, calls, scaling.scale if scaling else None), scaling)
+        else:  # train.py's backward was the first pass: the task's calls replayed at w + e (ESAM: rows it selects)
+            replay = self.replay.replay if self.sample_selector is None else self.replay.replay_selected
+            self._update_from_here(partial(replay, calls, scaling.scale if scaling else None), scaling)
         return None
 
     # ---- its two halves ----------------------------------------------------------------------------------
@@ -304,8 +306,7 @@ class SAM(SAMCheckpointing, WrappedOptimizer):
         self.apply_descent(descend, scaling, self._clean, zero_grad)
 
     def ascend(self, scaling: Optional[LossScaling] = None) -> None:
-        """Unscale g (fp16), a variant's preparation (GSAM's rho), buffers held, perturb; fp16 overflow: skip.
-        Without a model, SAM's first pass at w + e runs in a ``BatchNormWatch`` (``descend`` warns if it moved any)."""
+        """Unscale g (fp16), a variant's preparation, buffers held, perturb; no model: a ``BatchNormWatch`` (SAM's)."""
         if scaling is not None:
             scaling.unscale_first(self)
         if self.settings.use_gc:

@@ -11,9 +11,11 @@ have no underscore:
 * ``gsam<base>`` / ``gsam`` (GSAM: ``rho_max``, ``rho_min``, ``alpha``, ``lr_max``, ``lr_min``),
   ``looksam<base>`` / ``looksam`` (LookSAM: ``rho``, ``alpha``, ``interval``), ``wsam<base>`` / ``wsam`` (WSAM:
   ``rho``, ``gamma``, ``decouple``), ``friendlysam<base>`` / ``friendlysam`` (FriendlySAM: ``rho``, ``sigma``,
-  ``lmbda``) and ``samon<base>`` / ``samon`` (SAM-ON: ``rho``, ``only_norm``), same bases.
+  ``lmbda``), ``samon<base>`` / ``samon`` (SAM-ON: ``rho``, ``only_norm``), ``esam<base>`` / ``esam`` (ESAM: ``rho``,
+  ``weight_fraction``, ``data_fraction``, ``seed``) and ``msam<base>`` / ``msam``
+  (Momentum-SAM: ``rho``; one pass, so no ``interval`` or ``m_sharpness``), same bases.
 
-Every family takes ``interval`` (a SAM step every k-th update, plain steps between) and
+Every two-pass family takes ``interval`` (a SAM step every k-th update, plain steps between) and
 ``m_sharpness`` (images per perturbation).
 
 The base optimizer gets the arguments timm would give it for its own name (its defaults, momentum
@@ -53,18 +55,21 @@ from timm_ext._timm_compat import (
     registry_optimizers,
 )
 from timm_ext.optim.base_optimizer import check_keywords, check_model, keyword_names
+from timm_ext.optim.esam import ESAM
 from timm_ext.optim.friendly_sam import FriendlySAM
 from timm_ext.optim.gsam import GSAM
 from timm_ext.optim.looksam import LookSAM
+from timm_ext.optim.momentum_sam import MomentumSAM
 from timm_ext.optim.sam import SAM
 from timm_ext.optim.sam_on import SAMON
 from timm_ext.optim.sam_settings import ASAM_ETA, SAM_RHO
 from timm_ext.optim.wsam import WSAM
 
-__all__ = ['ASAM_CLASSES', 'ASAM_RHO', 'DEFAULT_BASE', 'FRIENDLYSAM_CLASSES', 'FactoryFriendlySAM', 'FactoryGSAM',
-           'FactoryLookSAM', 'FactorySAM', 'FactorySAMON', 'FactoryWSAM', 'GSAM_CLASSES', 'LOOKSAM_CLASSES',
-           'SAMON_CLASSES', 'SAM_BASES', 'SAM_CLASSES', 'SAM_RHO', 'WSAM_CLASSES', 'list_sam_bases',
-           'register_sam_optimizers', 'sam_kwargs_problems']
+__all__ = ['ASAM_CLASSES', 'ASAM_RHO', 'DEFAULT_BASE', 'ESAM_CLASSES', 'FRIENDLYSAM_CLASSES', 'FactoryFriendlySAM',
+           'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'FactoryESAM', 'FactoryMomentumSAM', 'FactorySAMON',
+           'FactoryWSAM', 'GSAM_CLASSES', 'LOOKSAM_CLASSES', 'MSAM_CLASSES', 'SAMON_CLASSES', 'SAM_BASES',
+           'SAM_CLASSES', 'SAM_RHO', 'WSAM_CLASSES', 'list_sam_bases', 'register_sam_optimizers',
+           'sam_kwargs_problems']
 
 # bases that get a combined name (``sam<base>`` and ``asam<base>``); any other one works via ``base=``
 SAM_BASES = (
@@ -229,6 +234,10 @@ _DOCS = {
           "``gamma / (1 - gamma)`` as a regulariser.",
     FriendlySAM: "FriendlySAM around ``base`` built as timm's factory would (``friendlysam<base>``, ``friendlysam``):\n"
                  "the perturbation along the batch-specific part of the gradient.",
+    ESAM: "ESAM around ``base`` built as timm's factory would (``esam<base>``, ``esam``): a random subset of the\n"
+          "weights perturbed, the second pass on the samples whose loss rose most.",
+    MomentumSAM: "Momentum-SAM around ``base`` built as timm's factory would (``msam<base>``, ``msam``): one\n"
+                 "pass, the gradient taken at ``w - rho v / ||v||`` (v the base's momentum).",
     SAMON: "SAM-ON around ``base`` built as timm's factory would (``samon<base>``, ``samon``): only the normalization\n"
            "layers' parameters perturbed; ``model`` defaults to the module given to ``create_optimizer_v2``.",
 }
@@ -238,6 +247,8 @@ FactoryLookSAM = _factory_class(LookSAM, 'FactoryLookSAM', _DOCS[LookSAM])
 FactoryWSAM = _factory_class(WSAM, 'FactoryWSAM', _DOCS[WSAM])
 FactoryFriendlySAM = _factory_class(FriendlySAM, 'FactoryFriendlySAM', _DOCS[FriendlySAM])
 FactorySAMON = _factory_class(SAMON, 'FactorySAMON', _DOCS[SAMON])
+FactoryESAM = _factory_class(ESAM, 'FactoryESAM', _DOCS[ESAM])
+FactoryMomentumSAM = _factory_class(MomentumSAM, 'FactoryMomentumSAM', _DOCS[MomentumSAM])
 
 DEFAULT_BASE = 'adamw'  # the base of the bare names: what the ViT-SAM paper trained its ViTs and MLP-Mixers with
 # (Chen et al. 2022, Table 8: AdamW, betas (0.9, 0.999)); its ResNets' SGD is `samsgd`
@@ -252,6 +263,9 @@ _FAMILIES = {
     'friendlysam': (FactoryFriendlySAM, FriendlySAM, 'FriendlySAM', {},
                     'FriendlySAM (F-SAM: the perturbation along the batch-specific gradient)'),
     'samon': (FactorySAMON, SAMON, 'SAMON', {}, 'SAM-ON (only the normalization layers perturbed)'),
+    'esam': (FactoryESAM, ESAM, 'ESAM', {}, 'ESAM (efficient SAM: a subset of weights and of samples)'),
+    'msam': (FactoryMomentumSAM, MomentumSAM, 'MomentumSAM', {},
+             'Momentum-SAM (one pass, the gradient taken along the momentum)'),
 }
 
 
@@ -284,13 +298,21 @@ FRIENDLYSAM_CLASSES = (FriendlySAMSGD, FriendlySAMMomentum, FriendlySAMNesterov,
 SAMON_CLASSES = (SAMONSGD, SAMONMomentum, SAMONNesterov, SAMONSGDW, SAMONAdam, SAMONAdamW, SAMONNAdam, SAMONNAdamW,
                  SAMONRAdam, SAMONLamb, SAMONLars, SAMONLion, SAMONAdan, SAMONAdopt) = \
     tuple(_named_class('samon', base) for base in SAM_BASES)
+ESAM_CLASSES = (ESAMSGD, ESAMMomentum, ESAMNesterov, ESAMSGDW, ESAMAdam, ESAMAdamW, ESAMNAdam, ESAMNAdamW, ESAMRAdam,
+                ESAMLamb, ESAMLars, ESAMLion, ESAMAdan, ESAMAdopt) = tuple(_named_class('esam', b) for b in SAM_BASES)
+MSAM_CLASSES = (MomentumSAMSGD, MomentumSAMMomentum, MomentumSAMNesterov, MomentumSAMSGDW, MomentumSAMAdam,
+                MomentumSAMAdamW, MomentumSAMNAdam, MomentumSAMNAdamW, MomentumSAMRAdam, MomentumSAMLamb,
+                MomentumSAMLars, MomentumSAMLion, MomentumSAMAdan, MomentumSAMAdopt) = \
+    tuple(_named_class('msam', base) for base in SAM_BASES)
 _NAMED = {'sam': SAM_CLASSES, 'asam': ASAM_CLASSES, 'gsam': GSAM_CLASSES, 'looksam': LOOKSAM_CLASSES,
-          'wsam': WSAM_CLASSES, 'friendlysam': FRIENDLYSAM_CLASSES, 'samon': SAMON_CLASSES}
+          'wsam': WSAM_CLASSES, 'friendlysam': FRIENDLYSAM_CLASSES, 'samon': SAMON_CLASSES,
+          'esam': ESAM_CLASSES, 'msam': MSAM_CLASSES}
 
 
 def register_sam_optimizers(registry: Optional[OptimizerRegistry] = None) -> None:
-    """Register ``sam``, ``asam``, ``gsam``, ``looksam``, ``wsam``, ``friendlysam``, ``samon`` and each of them +
-    ``<base>`` with timm's factory (``registry``: default, the one behind ``create_optimizer_v2``)."""
+    """Register ``sam``, ``asam``, ``gsam``, ``looksam``, ``wsam``, ``friendlysam``, ``samon``, ``esam``, ``msam``
+    and each of them + ``<base>`` with timm's factory (``registry``: default, the one behind
+    ``create_optimizer_v2``)."""
     if registry is None:
         registry = default_optimizer_registry()
     known = registry_optimizers(registry)

@@ -22,9 +22,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from timm_ext.arg_types import is_positive_int
 
-__all__ = ['ASAM_ETA', 'FRIENDLYSAM_LMBDA', 'FRIENDLYSAM_SIGMA', 'FriendlySAMSettings', 'GSAMSettings', 'GSAM_ALPHA',
-           'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL', 'LookSAMSettings', 'SAMSettings',
-           'SAMONSettings', 'SAM_RHO', 'WSAMSettings', 'WSAM_GAMMA', 'sam_opt_kwargs']
+__all__ = ['ASAM_ETA', 'ESAMSettings', 'ESAM_FRACTION', 'FRIENDLYSAM_LMBDA', 'FRIENDLYSAM_SIGMA',
+           'FriendlySAMSettings', 'GSAMSettings', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA',
+           'LOOKSAM_INTERVAL', 'LookSAMSettings', 'MSAM_RHO', 'MomentumSAMSettings', 'SAMSettings', 'SAMONSettings',
+           'SAM_RHO', 'WSAMSettings', 'WSAM_GAMMA', 'sam_opt_kwargs']
 
 SAM_RHO = 0.05
 ASAM_ETA = 0.01  # ASAM paper's offset in T = |w| + eta (davda54/sam's constructor form: 0, see SAM)
@@ -37,6 +38,8 @@ LOOKSAM_INTERVAL = 5
 WSAM_GAMMA = 0.9  # pytorch_optimizer.WSAM's default: sharpness weighted gamma / (1 - gamma) = 9 against the loss
 FRIENDLYSAM_SIGMA = 1.0  # F-SAM paper (Li et al., CVPR 2024) and pytorch_optimizer.FriendlySAM: the whole momentum
 FRIENDLYSAM_LMBDA = 0.9  # pytorch_optimizer.FriendlySAM's default EMA decay of the batch gradients
+MSAM_RHO = 3.0  # MarlonBecker/MSAM README: --rho 3 for every MSAM and AdamW_MSAM run (SAM's runs there: 0.2)
+ESAM_FRACTION = 0.5  # dydjw9/Efficient_SAM run.sh: beta = gamma = 0.5 (the weights kept; the samples: see ESAM)
 CLIP_MODES = ('norm', 'value', 'agc')
 
 
@@ -125,6 +128,18 @@ def _check_lmbda(lmbda: Any) -> None:
 def _check_only_norm(only_norm: Any) -> None:
     if only_norm not in (True, False):
         raise ValueError(f'SAM-ON only_norm must be True or False, got only_norm={only_norm!r}')
+
+
+def _check_fraction(family: str, name: str) -> Callable[[Any], None]:
+    def check_fraction(value: Any) -> None:
+        if not _is_number(value) or not 0 < value <= 1:
+            raise ValueError(f'{family} {name} must be in (0, 1], got {name}={value!r}')
+    return check_fraction
+
+
+def _check_seed(seed: Any) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f'ESAM seed must be an int >= 0, got seed={seed!r}')
 
 
 def _check_gsam_radius(name: str) -> Callable[[Any], None]:
@@ -322,8 +337,39 @@ class SAMONSettings(SAMSettings):
     family = 'SAM-ON'
 
 
+@dataclass(frozen=True)
+class ESAMSettings(SAMSettings):
+    """ESAM's settings: SAM's, with ``weight_fraction`` (each parameter tensor is perturbed with this probability,
+    the radius divided by it) and ``data_fraction`` (the second pass runs on this fraction of the batch: the samples
+    whose loss the perturbation raised most); ``seed`` draws the weights, the same on every process."""
+    weight_fraction: float = setting(ESAM_FRACTION, _check_fraction('ESAM', 'weight_fraction'))
+    data_fraction: float = setting(1.0, _check_fraction('ESAM', 'data_fraction'))  # step(closure) takes only 1
+    seed: int = setting(0, _check_seed)
+
+    family = 'ESAM'
+
+    def _check_together(self) -> None:
+        if self.m_sharpness is not None and _is_number(self.data_fraction) and self.data_fraction < 1:
+            raise ValueError(f'ESAM data_fraction={self.data_fraction!r} cannot be combined with m_sharpness: each '
+                             f'chunk would need its own selection; use one of them')
+
+
+@dataclass(frozen=True)
+class MomentumSAMSettings(SAMSettings):
+    """Momentum-SAM's settings: ``rho`` (the gradient is taken at ``w - rho v / ||v||``, v the base optimizer's
+    momentum), ``clip_grad`` and ``clip_mode``; it has no second pass, so nothing of SAM's about one applies."""
+    rho: float = setting(MSAM_RHO, check_rho, group=True)
+    adaptive: bool = setting(False, _no_check, group=True, init=False)
+    eta: float = setting(ASAM_ETA, _no_check, group=True, init=False)
+    interval: int = setting(1, _no_check, init=False)
+    m_sharpness: Optional[int] = setting(None, _no_check, init=False)
+    use_gc: bool = setting(False, _no_check, init=False)
+
+    family = 'Momentum-SAM'
+
+
 FAMILIES: Tuple[Type[SAMSettings], ...] = (SAMSettings, GSAMSettings, LookSAMSettings, WSAMSettings,
-                                           FriendlySAMSettings, SAMONSettings)
+                                           FriendlySAMSettings, SAMONSettings, ESAMSettings, MomentumSAMSettings)
 
 
 def sam_opt_kwargs() -> Tuple[str, ...]:

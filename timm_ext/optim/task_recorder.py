@@ -53,6 +53,7 @@ class TaskCall:
     autocast_enabled: bool = False
     autocast_dtype: Optional[torch.dtype] = None
     autocast_cache: bool = True
+    output: Optional[torch.Tensor] = None  # the task's output (logits), kept for a sample selector (ESAM)
 
     @classmethod
     def capture(
@@ -112,6 +113,7 @@ class TaskRecorder:
         self.replaying = False
         self._task_ref: Optional[weakref.ref] = None
         self._handle = None
+        self._output_handle = None
         self._device_type = 'cpu'
         self.cuda_devices: Tuple[int, ...] = ()
         self._warned_dict_input = False
@@ -156,12 +158,21 @@ class TaskRecorder:
                 recorder.record(args, kwargs)
             return None
 
+        def _output_hook(module, args, kwargs, output):
+            recorder = self_ref()
+            if recorder is not None:
+                recorder.record_output(output)
+            return None
+
         self._task_ref = weakref.ref(task, _task_collected)
         self._handle = task.register_forward_pre_hook(_record_hook, with_kwargs=True)
         weakref.finalize(self, self._handle.remove)  # a collected optimizer leaves no hook behind
+        optimizer = self._optimizer_ref()
+        if optimizer is not None and type(optimizer).sample_selector is not None:  # ESAM reads the first-pass logits
+            self._output_handle = task.register_forward_hook(_output_hook, with_kwargs=True)
+            weakref.finalize(self, self._output_handle.remove)
         self.state = RecorderState.BOUND
         _bound.add(self)
-        optimizer = self._optimizer_ref()
         if optimizer is not None and (optimizer.model is None or optimizer.model is self._given_model):
             self._given_model = _trainable_module(task)  # BatchNorm buffers held, AGC's head left out
             optimizer.set_model(self._given_model)
@@ -181,9 +192,10 @@ class TaskRecorder:
             finder.wait(self)
 
     def _release_task(self) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-        self._handle = None
+        for handle in (self._handle, self._output_handle):
+            if handle is not None:
+                handle.remove()
+        self._handle = self._output_handle = None
         self._task_ref = None
         self.calls = []
         _bound.discard(self)
@@ -221,6 +233,12 @@ class TaskRecorder:
         if not any(p.grad is not None for p in self._params()):
             self.calls = []  # a new accumulation window: the previous one was stepped (or abandoned)
         self.calls.append(TaskCall.capture(args, kwargs, self._device_type, self.cuda_devices))
+
+    def record_output(self, output: Any) -> None:
+        """The logits of the call just recorded (a task's output dict's ``output``), for a sample selector."""
+        if self.calls and not self.replaying and torch.is_grad_enabled() and isinstance(output, dict):
+            logits = output.get('output')
+            self.calls[-1].output = logits.detach() if isinstance(logits, torch.Tensor) else None
 
     def take(self) -> List[TaskCall]:
         """The calls of this step; the record is emptied (nothing is kept across steps)."""
