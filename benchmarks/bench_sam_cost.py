@@ -7,9 +7,11 @@ copy of the model and task; the time of a block of ``--period`` steps (one inter
 is measured for each in turn (interleaved repeats, median) and divided by the period, so a run with a
 SAM step every k-th update is charged its average step.
 
-Passes per step (forward-backward, a column of the table): AdamW 1; SAM, GC-SAM, GSAM, WSAM, FriendlySAM and
-SAM-ON 2; SAM with ``interval=k`` and LookSAM with k: (k + 1) / k (1.2 at k = 5); m-sharpness in the train.py route:
-1 + 2 (train.py's own pass, whose all-reduced gradient cannot be split, then both passes per chunk).
+Passes per step (forward-backward, a column of the table): AdamW and Momentum-SAM 1; SAM, GC-SAM, GSAM, WSAM,
+FriendlySAM, SAM-ON and bSAM 2; SAM with ``interval=k`` and LookSAM with k: (k + 1) / k (1.2 at k = 5); m-sharpness in
+the train.py route: 1 + 2 (train.py's own pass, whose all-reduced gradient cannot be split, then both passes per
+chunk); a forward without gradient counted as a third of a pass: ESAM at its paper's fractions 1 + 1/3 + 1/2 (a
+forward at w + e ranks the samples, the second pass runs on half), MESA 1 + 1/3 (the EMA copy's forward).
 
 One CPU thread by default: on a shared machine two threads' OpenMP spin-waits inflate both wall and
 CPU time unevenly (measured here: a train step of timm's test_vit took 0.60 s with 2 threads and 0.05 s with 1
@@ -29,7 +31,7 @@ import torch.nn as nn
 from timm.optim import create_optimizer_v2
 from timm.task import ClassificationTask
 
-import timm_ext  # noqa: F401  (registers samadamw, gsamadamw, looksamadamw, wsamadamw, ...)
+import timm_ext  # noqa: F401  (registers samadamw, gsamadamw, ..., esamadamw, msamadamw, bsam, mesaadamw)
 from timm_ext.optim import SAM, replay_timm_task
 
 TARGET = 1.25  # interval-5 SAM and LookSAM-5 per step, relative to the base optimizer
@@ -49,6 +51,9 @@ def variants(period: int, batch_size: int) -> Dict[str, Tuple[str, Dict[str, Any
         # forward-backward on half the batch
         'esam': ('esamadamw', dict(weight_fraction=0.5, data_fraction=0.5), 1.0 + 1 / 3 + 0.5),
         'msam (Momentum-SAM)': ('msamadamw', {}, 1.0),
+        'bsam': ('bsam', dict(num_data=50000), 2.0),
+        # MESA: a forward-backward and the EMA copy's forward without gradient
+        'mesa': ('mesaadamw', {}, 1.0 + 1 / 3),
         f'sam interval={period}': ('samadamw', dict(interval=period), (period + 1) / period),
         f'looksam k={period}': ('looksamadamw', dict(interval=period), (period + 1) / period),
     }
@@ -123,7 +128,7 @@ def main() -> None:
     print('|---|---|---:|---:|---:|---:|')
     for name in args.models:
         for r in bench(name, args.batch_size, args.period, args.repeats, args.warmup):
-            print(f'| {r["model"]} | {r["optimizer"]} | {r["passes"]:g} | {r["step_s"]:.3f} | {r["ratio"]:.3f} | '
+            print(f'| {r["model"]} | {r["optimizer"]} | {r["passes"]:.3g} | {r["step_s"]:.3f} | {r["ratio"]:.3f} | '
                   f'{r["ratio_cpu"]:.3f} |')
     print(f'target: interval={args.period} SAM and LookSAM k={args.period} <= {TARGET}x AdamW')
 

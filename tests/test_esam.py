@@ -117,7 +117,7 @@ def test_the_draw_is_resumed_and_the_settings_round_trip():
 @pytest.mark.parametrize('kwargs, match', [
     (dict(weight_fraction=0.0), r'ESAM weight_fraction must be in \(0, 1\], got weight_fraction=0.0'),
     (dict(data_fraction=1.5), r'ESAM data_fraction must be in \(0, 1\], got data_fraction=1.5'),
-    (dict(seed=-1), 'ESAM seed must be an int >= 0, got seed=-1'),
+    (dict(seed=-1), r'ESAM seed must be an int >= 0 \(the draw of the perturbed tensors\), got seed=-1'),
     (dict(rho=-0.1), 'rho must be a finite number >= 0, got rho=-0.1'),
     (dict(m_sharpness=4, data_fraction=0.5), 'data_fraction=0.5 cannot be combined with m_sharpness'),
 ])

@@ -64,7 +64,8 @@ def _params(opt):
 def test_sam_opt_kwargs_lists_every_family_setting_and_base():
     assert sam_opt_kwargs() == ('base', 'rho', 'adaptive', 'eta', 'clip_grad', 'clip_mode', 'interval', 'm_sharpness',
                                 'use_gc', 'rho_max', 'rho_min', 'alpha', 'lr_max', 'lr_min', 'gamma', 'decouple',
-                                'sigma', 'lmbda', 'only_norm', 'weight_fraction', 'data_fraction', 'seed')
+                                'sigma', 'lmbda', 'only_norm', 'weight_fraction', 'data_fraction', 'seed',
+                                'num_data', 's_init', 'damping')
     base_takes = set(inspect.signature(torch.optim.AdamW).parameters)
     assert not base_takes & set(sam_opt_kwargs())
 

@@ -54,7 +54,7 @@ from timm_ext._timm_compat import (
     optimizer_factory_code,
     registry_optimizers,
 )
-from timm_ext.optim.base_optimizer import check_keywords, check_model, keyword_names
+from timm_ext.optim.base_optimizer import WrappedOptimizer, check_keywords, check_model, keyword_names
 from timm_ext.optim.esam import ESAM
 from timm_ext.optim.friendly_sam import FriendlySAM
 from timm_ext.optim.gsam import GSAM
@@ -65,11 +65,11 @@ from timm_ext.optim.sam_on import SAMON
 from timm_ext.optim.sam_settings import ASAM_ETA, SAM_RHO
 from timm_ext.optim.wsam import WSAM
 
-__all__ = ['ASAM_CLASSES', 'ASAM_RHO', 'DEFAULT_BASE', 'ESAM_CLASSES', 'FRIENDLYSAM_CLASSES', 'FactoryFriendlySAM',
-           'FactoryGSAM', 'FactoryLookSAM', 'FactorySAM', 'FactoryESAM', 'FactoryMomentumSAM', 'FactorySAMON',
-           'FactoryWSAM', 'GSAM_CLASSES', 'LOOKSAM_CLASSES', 'MSAM_CLASSES', 'SAMON_CLASSES', 'SAM_BASES',
-           'SAM_CLASSES', 'SAM_RHO', 'WSAM_CLASSES', 'list_sam_bases', 'register_sam_optimizers',
-           'sam_kwargs_problems']
+__all__ = ['ASAM_CLASSES', 'ASAM_RHO', 'BASE_CLASS_NAMES', 'DEFAULT_BASE', 'ESAM_CLASSES', 'FRIENDLYSAM_CLASSES',
+           'FactoryESAM', 'FactoryFriendlySAM', 'FactoryGSAM', 'FactoryLookSAM', 'FactoryMomentumSAM', 'FactorySAM',
+           'FactorySAMON', 'FactoryWSAM', 'GSAM_CLASSES', 'LOOKSAM_CLASSES', 'MSAM_CLASSES', 'SAMON_CLASSES',
+           'SAM_BASES', 'SAM_CLASSES', 'SAM_RHO', 'WSAM_CLASSES', 'base_by_name', 'base_parameters', 'check_base',
+           'list_sam_bases', 'register_sam_optimizers', 'sam_kwargs_problems']
 
 # bases that get a combined name (``sam<base>`` and ``asam<base>``); any other one works via ``base=``
 SAM_BASES = (
@@ -80,17 +80,17 @@ ASAM_RHO = 0.5  # SamsungLabs/ASAM README, CIFAR-10 (see the module docstring)
 
 
 def list_sam_bases() -> List[str]:
-    """timm optimizer names SAM can wrap (second-order optimizers such as adahessian excluded)."""
+    """timm optimizer names SAM (and MESA) can wrap: no second-order optimizer (adahessian), none that wraps another."""
     names = []
     for name in list_optimizers():
         info = get_optimizer_info(name)
-        is_sam = isinstance(info.opt_class, type) and issubclass(info.opt_class, SAM)
-        if not info.second_order and not is_sam:
+        wraps = isinstance(info.opt_class, type) and issubclass(info.opt_class, WrappedOptimizer)  # SAM's, MESA
+        if not info.second_order and not wraps:
             names.append(name)
     return names
 
 
-def _check_base(base: Any, kind: str) -> str:
+def check_base(base: Any, kind: str) -> str:
     """``base`` as the timm name of a base ``kind`` can wrap, or a one-line ValueError."""
     if base is None:
         raise ValueError(
@@ -103,11 +103,11 @@ def _check_base(base: Any, kind: str) -> str:
     return name
 
 
-def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict[str, Any],
+def base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict[str, Any],
                   own: Sequence[str] = ()) -> torch.optim.Optimizer:
     """Build ``base`` (a timm optimizer name) over ``params`` with the arguments timm's factory would give it;
     ``own``: the family's keywords, named when a keyword is a near miss of one."""
-    info = get_optimizer_info(_check_base(base, kind))
+    info = get_optimizer_info(check_base(base, kind))
     kwargs = dict(base_kwargs)
     for key, value in (info.defaults or {}).items():
         kwargs.setdefault(key, value)
@@ -129,12 +129,12 @@ def _base_by_name(params: Any, base: Optional[str], kind: str, base_kwargs: Dict
 # arguments timm's factory hands any optimizer that declares them (``OptimInfo.has_eps``, ...); a bare name's base is
 # not known until it is built, so its class declares all three and passes on those its base takes
 _COMMON_BASE_ARGS = ('eps', 'betas', 'momentum')
-_BASE_CLASS_NAMES = {'sgd': 'SGD', 'momentum': 'Momentum', 'nesterov': 'Nesterov', 'sgdw': 'SGDW', 'adam': 'Adam',
+BASE_CLASS_NAMES = {'sgd': 'SGD', 'momentum': 'Momentum', 'nesterov': 'Nesterov', 'sgdw': 'SGDW', 'adam': 'Adam',
                      'adamw': 'AdamW', 'nadam': 'NAdam', 'nadamw': 'NAdamW', 'radam': 'RAdam', 'lamb': 'Lamb',
                      'lars': 'Lars', 'lion': 'Lion', 'adan': 'Adan', 'adopt': 'Adopt'}
 
 
-def _base_parameters(base: Optional[str], taken: set) -> Tuple[List[inspect.Parameter], bool]:
+def base_parameters(base: Optional[str], taken: set) -> Tuple[List[inspect.Parameter], bool]:
     """The keyword parameters of ``base``'s optimizer class (all three common ones for a bare name), and whether it
     takes any other keyword. A common one that this timm's registry says its factory does not hand ``base`` is left
     out, as ``_base_by_name`` would drop it: timm 1.0.23 ... 1.0.28 register ``adopt`` without betas, though
@@ -173,14 +173,14 @@ def _factory_class(family: Type[SAM], name: str, doc: str, defaults: Optional[Di
             param = param.replace(default=ASAM_ETA, annotation=float)
         own.append(param)
     family_names = frozenset(p.name for p in own)
-    base_params, any_keyword = _base_parameters(base, set(family_names))
+    base_params, any_keyword = base_parameters(base, set(family_names))
     var_keyword = [inspect.Parameter('base_kwargs', inspect.Parameter.VAR_KEYWORD)] if any_keyword else []
     signature = inspect.Signature(own + base_params + var_keyword)
 
     def __init__(self: SAM, *args: Any, **kwargs: Any) -> None:
         params, base, model, values, base_kwargs = _arguments(type(self), args, kwargs)
         check_model(model, kind)
-        base_optimizer = _base_by_name(params, base, kind, base_kwargs, _own_keywords(type(self)))
+        base_optimizer = base_by_name(params, base, kind, base_kwargs, _own_keywords(type(self)))
         if model is None:
             model = model_given_to_factory(base_optimizer)
         family.__init__(self, base_optimizer, model=model, **values)
@@ -275,7 +275,7 @@ def _named_class(prefix: str, base: str) -> Type[SAM]:
     _, family, class_prefix, fixed, kind = _FAMILIES[prefix]
     defaults = {'rho': None, **fixed} if family is SAM else dict(fixed)
     doc = f'{kind} around timm\'s ``{base}``: what ``create_optimizer_v2(model, \'{prefix}{base}\')`` builds.'
-    return _factory_class(family, class_prefix + _BASE_CLASS_NAMES[base], doc, defaults, base=base)
+    return _factory_class(family, class_prefix + BASE_CLASS_NAMES[base], doc, defaults, base=base)
 
 
 # The class behind each combined name, one per base of SAM_BASES in its order (timm's factory builds these; timm's
@@ -355,6 +355,9 @@ def sam_kwargs_problems(opt: str, opt_kwargs: Mapping[str, Any]) -> List[str]:
     except (ValueError, KeyError):
         return []
     cls = info.opt_class
+    if isinstance(cls, type) and issubclass(cls, SAM) and not hasattr(cls, 'signature'):  # bsam: no base to bind
+        names = cls.Settings.init_names()
+        return cls.Settings.problems(**{k: v for k, v in {**(info.defaults or {}), **opt_kwargs}.items() if k in names})
     if not (isinstance(cls, type) and issubclass(cls, SAM) and hasattr(cls, 'signature')):
         return []
     try:
@@ -366,7 +369,7 @@ def sam_kwargs_problems(opt: str, opt_kwargs: Mapping[str, Any]) -> List[str]:
         return []
     problems = []
     try:
-        _check_base(base, cls.family.Settings.family)
+        check_base(base, cls.family.Settings.family)
     except ValueError as error:
         problems.append(str(error))
     names = cls.family.Settings.init_names()

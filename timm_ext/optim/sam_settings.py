@@ -1,5 +1,5 @@
-"""The settings of the SAM family, each declared once: SAM's, and GSAM's, LookSAM's, WSAM's and FriendlySAM's
-extending it.
+"""The settings of the SAM family, each declared once: SAM's, and each variant's extending it (GSAM, LookSAM, WSAM,
+FriendlySAM, SAM-ON, ESAM, Momentum-SAM, bSAM).
 
 A setting is one field of a frozen dataclass; everything else derives from the fields:
 
@@ -22,10 +22,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from timm_ext.arg_types import is_positive_int
 
-__all__ = ['ASAM_ETA', 'ESAMSettings', 'ESAM_FRACTION', 'FRIENDLYSAM_LMBDA', 'FRIENDLYSAM_SIGMA',
-           'FriendlySAMSettings', 'GSAMSettings', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA',
-           'LOOKSAM_INTERVAL', 'LookSAMSettings', 'MSAM_RHO', 'MomentumSAMSettings', 'SAMSettings', 'SAMONSettings',
-           'SAM_RHO', 'WSAMSettings', 'WSAM_GAMMA', 'sam_opt_kwargs']
+__all__ = ['ASAM_ETA', 'BSAMSettings', 'BSAM_DAMPING', 'BSAM_RHO', 'BSAM_S_INIT', 'BSAM_WEIGHT_DECAY',
+           'ESAMSettings', 'ESAM_FRACTION', 'FRIENDLYSAM_LMBDA', 'FRIENDLYSAM_SIGMA', 'FriendlySAMSettings',
+           'GSAMSettings', 'GSAM_ALPHA', 'GSAM_RHO_MAX', 'GSAM_RHO_MIN', 'LOOKSAM_ALPHA', 'LOOKSAM_INTERVAL',
+           'LookSAMSettings', 'MSAM_RHO', 'MomentumSAMSettings', 'SAMONSettings', 'SAMSettings', 'SAM_RHO',
+           'WSAMSettings', 'WSAM_GAMMA', 'sam_opt_kwargs']
 
 SAM_RHO = 0.05
 ASAM_ETA = 0.01  # ASAM paper's offset in T = |w| + eta (davda54/sam's constructor form: 0, see SAM)
@@ -39,6 +40,12 @@ WSAM_GAMMA = 0.9  # pytorch_optimizer.WSAM's default: sharpness weighted gamma /
 FRIENDLYSAM_SIGMA = 1.0  # F-SAM paper (Li et al., CVPR 2024) and pytorch_optimizer.FriendlySAM: the whole momentum
 FRIENDLYSAM_LMBDA = 0.9  # pytorch_optimizer.FriendlySAM's default EMA decay of the batch gradients
 MSAM_RHO = 3.0  # MarlonBecker/MSAM README: --rho 3 for every MSAM and AdamW_MSAM run (SAM's runs there: 0.2)
+# bSAM (team-approx-bayes/bayesian-sam): its README's CIFAR runs use --rho 0.01; its weight decay is priorprec / N,
+# 40 / (50000 images x dafactor 4) there; its train.py's defaults --custominit 1.0 (s_init) and --damping 0.1
+BSAM_RHO = 0.01
+BSAM_WEIGHT_DECAY = 2e-4
+BSAM_S_INIT = 1.0
+BSAM_DAMPING = 0.1
 ESAM_FRACTION = 0.5  # dydjw9/Efficient_SAM run.sh: beta = gamma = 0.5 (the weights kept; the samples: see ESAM)
 CLIP_MODES = ('norm', 'value', 'agc')
 
@@ -137,9 +144,32 @@ def _check_fraction(family: str, name: str) -> Callable[[Any], None]:
     return check_fraction
 
 
-def _check_seed(seed: Any) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f'ESAM seed must be an int >= 0, got seed={seed!r}')
+def _check_seed(family: str, what: str) -> Callable[[Any], None]:
+    def check_seed(seed: Any) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f'{family} seed must be an int >= 0 ({what}), got seed={seed!r}')
+    return check_seed
+
+
+def _check_num_data(num_data: Any) -> None:
+    if isinstance(num_data, bool) or not isinstance(num_data, int) or num_data <= 0:
+        raise ValueError(f'bSAM needs num_data=<training set size> (an int > 0: the noise\'s variance is '
+                         f'1 / (num_data * s)), got num_data={num_data!r}')
+
+
+def _check_bsam_rho(rho: Any) -> None:
+    if not _is_radius(rho):
+        raise ValueError(f'bSAM rho must be a finite number >= 0, got rho={rho!r}')
+
+
+def _check_s_init(s_init: Any) -> None:
+    if not _is_number(s_init) or not 0 < s_init < math.inf:
+        raise ValueError(f'bSAM s_init must be a finite number > 0 (the initial precision), got s_init={s_init!r}')
+
+
+def _check_damping(damping: Any) -> None:
+    if not _is_radius(damping):
+        raise ValueError(f'bSAM damping must be a finite number >= 0, got damping={damping!r}')
 
 
 def _check_gsam_radius(name: str) -> Callable[[Any], None]:
@@ -344,7 +374,7 @@ class ESAMSettings(SAMSettings):
     whose loss the perturbation raised most); ``seed`` draws the weights, the same on every process."""
     weight_fraction: float = setting(ESAM_FRACTION, _check_fraction('ESAM', 'weight_fraction'))
     data_fraction: float = setting(1.0, _check_fraction('ESAM', 'data_fraction'))  # step(closure) takes only 1
-    seed: int = setting(0, _check_seed)
+    seed: int = setting(0, _check_seed('ESAM', 'the draw of the perturbed tensors'))
 
     family = 'ESAM'
 
@@ -368,8 +398,29 @@ class MomentumSAMSettings(SAMSettings):
     family = 'Momentum-SAM'
 
 
+@dataclass(frozen=True)
+class BSAMSettings(SAMSettings):
+    """bSAM's settings: ``rho`` (the ascent ``rho g / s``), ``num_data`` (N, required), ``s_init`` and ``damping``
+    (the precision's start and damping; per param group, as the base's lr), ``seed`` (the noise generator's),
+    ``clip_grad`` and ``clip_mode``. SAM's ``adaptive``, ``eta``, ``interval``, ``m_sharpness`` and ``use_gc`` are not
+    bSAM's (``BSAM`` refuses them)."""
+    rho: float = setting(BSAM_RHO, _check_bsam_rho, group=True)
+    adaptive: bool = setting(False, _no_check, group=True, init=False)
+    eta: float = setting(ASAM_ETA, _no_check, group=True, init=False)
+    interval: int = setting(1, _no_check, init=False)
+    m_sharpness: Optional[int] = setting(None, _no_check, init=False)
+    use_gc: bool = setting(False, _no_check, init=False)
+    num_data: Optional[int] = setting(None, _check_num_data)
+    s_init: float = setting(BSAM_S_INIT, _check_s_init, group=True)
+    damping: float = setting(BSAM_DAMPING, _check_damping, group=True)
+    seed: int = setting(0, _check_seed('bSAM', 'the noise generator\'s'))
+
+    family = 'bSAM'
+
+
 FAMILIES: Tuple[Type[SAMSettings], ...] = (SAMSettings, GSAMSettings, LookSAMSettings, WSAMSettings,
-                                           FriendlySAMSettings, SAMONSettings, ESAMSettings, MomentumSAMSettings)
+                                           FriendlySAMSettings, SAMONSettings, ESAMSettings, MomentumSAMSettings,
+                                           BSAMSettings)
 
 
 def sam_opt_kwargs() -> Tuple[str, ...]:

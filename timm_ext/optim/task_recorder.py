@@ -133,24 +133,12 @@ class TaskRecorder:
     def bind(self, task: nn.Module) -> None:
         """UNBOUND or WAITING -> BOUND: record every later call of ``task`` (a forward pre-hook on that task only);
         the optimizer's model, if it was given none, is the task's trainable module."""
-        if self.state not in (RecorderState.UNBOUND, RecorderState.WAITING):
+        if not self.claim(task, _bound):
             return
-        finder.stop(self)
-        for other in list(_bound):
-            if other is not self and other.task is task and other._shares_params(self):
-                if other.serial > self.serial:  # a newer optimizer already owns this task: this one is stale
-                    self.close()
-                    return
-                other.close()
         params = self._params()
         self._device_type = params[0].device.type if params else 'cpu'
         self.cuda_devices = tuple(cuda_devices_of(params))
         self_ref = weakref.ref(self)
-
-        def _task_collected(_):
-            recorder = self_ref()
-            if recorder is not None:
-                recorder._lose_task()
 
         def _record_hook(module, args, kwargs):
             recorder = self_ref()
@@ -164,7 +152,6 @@ class TaskRecorder:
                 recorder.record_output(output)
             return None
 
-        self._task_ref = weakref.ref(task, _task_collected)
         self._handle = task.register_forward_pre_hook(_record_hook, with_kwargs=True)
         weakref.finalize(self, self._handle.remove)  # a collected optimizer leaves no hook behind
         optimizer = self._optimizer_ref()
@@ -176,6 +163,29 @@ class TaskRecorder:
         if optimizer is not None and (optimizer.model is None or optimizer.model is self._given_model):
             self._given_model = _trainable_module(task)  # BatchNorm buffers held, AGC's head left out
             optimizer.set_model(self._given_model)
+
+    def claim(self, task: nn.Module, bound: 'weakref.WeakSet') -> bool:
+        """Stop waiting and hold ``task`` (weakly: if it is collected the recorder waits again); False, and closed,
+        if a newer recorder in ``bound`` over the same parameters already holds it (this one is stale); an older one
+        is closed. Not BOUND yet: the caller installs its hook first."""
+        if self.state not in (RecorderState.UNBOUND, RecorderState.WAITING):
+            return False
+        finder.stop(self)
+        for other in list(bound):
+            if other is not self and other.task is task and other._shares_params(self):
+                if other.serial > self.serial:  # a newer optimizer already owns this task: this one is stale
+                    self.close()
+                    return False
+                other.close()
+        self_ref = weakref.ref(self)
+
+        def _task_collected(_):
+            recorder = self_ref()
+            if recorder is not None:
+                recorder._lose_task()
+
+        self._task_ref = weakref.ref(task, _task_collected)
+        return True
 
     def close(self) -> None:
         """Any state -> CLOSED: remove the hook, drop the record and the task; never records again."""

@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from timm_ext._timm_compat import parser_actions
+from timm_ext.optim.mesa_optimizer import mesa_kwargs_problems
 from timm_ext.optim.sam_factory import sam_kwargs_problems
 from timm_ext.optim.sam_settings import sam_opt_kwargs
 
@@ -164,12 +165,13 @@ def opt_kwargs_problems(opt: str, opt_kwargs: Dict[str, Any]) -> List[str]:
 
 
 def sam_settings_problems(opt: str, opt_kwargs: Dict[str, Any]) -> List[str]:
-    """SAM-family settings in ``opt_kwargs`` that timm's factory would refuse when train.py builds the optimizer,
-    after the model and the data: found here by the same checks (:func:`~timm_ext.optim.sam_factory.
-    sam_kwargs_problems`), in the same words. ``timm-ext recipes check`` and the checks of a command line both
+    """SAM-family and MESA settings in ``opt_kwargs`` that timm's factory would refuse when train.py builds the
+    optimizer, after the model and the data: found here by the same checks (``sam_kwargs_problems``,
+    ``mesa_kwargs_problems``), in the same words. ``timm-ext recipes check`` and the checks of a command line both
     call this."""
+    problems = sam_kwargs_problems(opt, opt_kwargs) + mesa_kwargs_problems(opt, opt_kwargs)
     return [f'opt_kwargs: {problem} (train.py would stop with this ValueError when it builds the optimizer, after '
-            f'the model and the data)' for problem in sam_kwargs_problems(opt, opt_kwargs)]
+            f'the model and the data)' for problem in problems]
 
 
 def loss_problems(get: Callable[[str], Any]) -> List[str]:
