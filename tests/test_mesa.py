@@ -297,12 +297,18 @@ def test_step_without_the_task_and_other_tasks_are_refused():
     with pytest.raises(RuntimeError, match=r'^MESA\.step\(\): no timm ClassificationTask holding this optimizer\'s '
                                            r'parameters has run.*use MESALoss in a loop of your own$'):
         opt.step()
-    if not hasattr(timm.task, 'MultiLabelClassificationTask'):
-        return  # timm 1.0.23 has no multi-label task to refuse (added in a later release)
+
+
+@pytest.mark.skipif(not hasattr(timm.task, 'MultiLabelClassificationTask'),
+                    reason='this timm (1.0.23) has no MultiLabelClassificationTask to refuse')
+def test_a_multi_label_task_is_refused():
+    model, data = models()['mlp-bn']
+    opt = MESA(torch.optim.SGD(model.parameters(), lr=0.1))  # waits for its task while it lives
     multi = timm.task.MultiLabelClassificationTask(model, verbose=False)
     with pytest.raises(ValueError, match=r'^MESA adds a softmax KL over the logits of timm\'s single-label '
                                          r'ClassificationTask, got MultiLabelClassificationTask'):
         multi(data[0][0], torch.zeros(8, 3, dtype=torch.float64))
+    assert opt.term is None  # refused: no task bound
 
 
 # ---- timm's factory -------------------------------------------------------------------------------------
