@@ -13,8 +13,8 @@ from claims import ClaimResult
 from convergence_text import converged_cell
 from extended_report import reading
 from longer_schedules import LONG_ARMS
-from plan import LONG_PAIR, REVISIONS, VIT_EPOCHS
-from registration import label
+from plan import LONG_PAIR, VIT_EPOCHS
+from registration import REVISIONS, label
 from report_tables import mean_sd, seed_values
 from run_results import Results
 from run_times import cpu_of, spend

@@ -21,12 +21,13 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from scipy import stats
 
-__all__ = ['POWER', 'ClaimPower', 'claim_power', 'exclude_zero_probability', 'seeds_needed', 'settle_probability']
+__all__ = ['POWER', 'ClaimPower', 'SeedDecision', 'budgeted_seeds', 'claim_power', 'exclude_zero_probability',
+           'pooled_sd', 'seeds_needed', 'settle_probability']
 
 POWER = 0.8  # the chance of a conclusive reading the plan asks for
 CONFIDENCE = 0.95  # the verdict rule's interval
@@ -110,6 +111,59 @@ def claim_power(key: str, diffs: Sequence[float], margin: float, direction: str)
     return ClaimPower(key, n, mean, sd, settle_probability(mean, sd, n, margin, unchanged),
                       seeds_needed(lambda k: exclude_zero_probability(mean, sd, k)),
                       seeds_needed(lambda k: settle_probability(mean, sd, k, margin, unchanged)))
+
+
+@dataclass(frozen=True)
+class SeedDecision:
+    """What the pilot rule of revision 5 gives one claim: ``n`` seeds (None: over ``MAX_SEEDS``) and whether it is
+    read at them (``status`` 'read'), out of reach (its ``n`` past the reach, or its runs past the budget) or dropped
+    (its arm cannot train the model); ``cpu_min`` the CPU-minutes its extra seeds are planned to cost."""
+    key: str
+    n: Optional[int]
+    status: str
+    why: str
+    cpu_min: float = 0.0
+
+
+def pooled_sd(groups: Sequence[Sequence[float]]) -> float:
+    """The standard deviation pooled over groups (each its own mean): sqrt(sum (n_i - 1) s_i^2 / sum (n_i - 1))."""
+    df = sum(len(g) - 1 for g in groups if len(g) > 1)
+    if df == 0:
+        raise ValueError('a pooled standard deviation needs a group of at least 2 values')
+    return math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in groups if len(g) > 1) / df)
+
+
+def budgeted_seeds(pilot: Dict[str, Sequence[float]], claims: Dict[str, tuple], run_cpu_min: Dict[str, float],
+                   dropped: Dict[str, str], spent: float, budget: float, reach: int,
+                   power: float = POWER) -> List[SeedDecision]:
+    """Revision 5's rule, in ``pilot``'s order (the plan's): each claim's seeds from its pilot differences (their mean,
+    and the sd pooled over every claim not ``dropped``), the fewest where the verdict is conclusive with ``power``;
+    within ``reach``, its extra seeds (``run_cpu_min`` each) are planned while they fit in ``budget`` CPU-minutes
+    after ``spent``. ``claims`` gives each key's (margin, direction)."""
+    kept = [list(d) for k, d in pilot.items() if k not in dropped]
+    sd = pooled_sd(kept) if kept else float('nan')
+    left, out = budget - spent, []
+    for key, diffs in pilot.items():
+        if key in dropped:
+            out.append(SeedDecision(key, None, 'dropped', dropped[key]))
+            continue
+        margin, direction = claims[key]
+        mean, start = statistics.fmean(diffs), len(diffs)
+        unchanged = direction == 'unchanged'
+        n = seeds_needed(lambda k, m=mean, g=margin, u=unchanged: settle_probability(m, sd, k, g, u), power,
+                         start=start)
+        if n is None or n > reach:
+            out.append(SeedDecision(key, n, 'out of reach', f'needs {"over " + str(MAX_SEEDS) if n is None else n} '
+                                    f'seeds, past the {reach} the reused runs have'))
+            continue
+        cost = (n - start) * run_cpu_min[key]
+        if cost > left:
+            out.append(SeedDecision(key, n, 'out of reach', f'its {n - start} more seeds would take {cost:.0f} '
+                                    f'CPU-min, {left:.0f} of the budget left'))
+            continue
+        left -= cost
+        out.append(SeedDecision(key, n, 'read', f'{n} seeds', cost))
+    return out
 
 
 def power_table(measurements: Dict, first: int = 5) -> Dict[str, ClaimPower]:

@@ -27,13 +27,12 @@ from plan import (
     LONG_PAIR,
     LONG_REUSED,
     LONG_SEEDS,
-    REVISIONS,
     SAM_RHO,
     VIT_EPOCHS,
     Arm,
     extended_seeds,
 )
-from registration import STANDARD, label, revisions_table
+from registration import REVISIONS, STANDARD, label, revisions_table
 from report_tables import (
     accuracy_table,
     claim_fmt,

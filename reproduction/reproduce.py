@@ -32,13 +32,25 @@ from plan import (
     LONG_PAIR,
     LONG_SEEDS,
     MAX_DOUBLINGS,
+    PLAN_BY_NAME,
+    PLANS,
     SEEDS,
     Arm,
+    RevisionPlan,
     extended_seeds,
 )
 from run_ledger import load_earlier_runs
 from run_results import Archive, load_archive, long_archive
-from study_jobs import StudyJob, extended_jobs, extension_jobs, long_jobs, plan_jobs, run_jobs
+from study_jobs import (
+    StudyJob,
+    extended_jobs,
+    extension_jobs,
+    long_jobs,
+    pilot_decisions,
+    plan_jobs,
+    revision_jobs,
+    run_jobs,
+)
 from supporting_runs import ALL_ARMS, SUPPORT_ARMS
 
 __all__ = ['main', 'print_plan']
@@ -119,6 +131,33 @@ def _public_argv(argv: Sequence[str]) -> List[str]:
     return out
 
 
+def _train_revision(rev: RevisionPlan, runs: Path, archive: Archive, args: argparse.Namespace,
+                    parser: argparse.ArgumentParser) -> int:
+    """A revision whose work is data (``plan.PLANS``): its jobs stage by stage (:func:`study_jobs.revision_jobs`),
+    each stage's plan and ETA printed first, until nothing is left; a failed run is recorded and the others go on."""
+    if not archive:
+        parser.error(f'revision {rev.name} reads back earlier runs: give the report\'s measurements.json (--archive)')
+    while True:
+        jobs = revision_jobs(rev, runs, args.timm_train, archive)
+        decisions = pilot_decisions(rev, runs, archive) if rev.seed_rule else None
+        for d in decisions or ():
+            _print(f'  {d.key:<16} {d.status:<13} {d.why}')
+        if not jobs:
+            _print(f'revision {rev.name}: nothing left to train in {runs}')
+            return 0
+        _print(f'revision {rev.name}: {sum(j.trains for j in jobs)} run(s) to train, {len(jobs)} job(s): '
+               f'{", ".join(j.key for j in jobs[:6])}{" ..." if len(jobs) > 6 else ""}; ETA '
+               f'{_eta_minutes(jobs, args.jobs):.0f} min')
+        if args.dry_run:
+            return 0
+        if args.report_only:
+            parser.error(f'--report-only: revision {rev.name} has {len(jobs)} job(s) left (first: {jobs[0].key})')
+        try:
+            run_jobs(jobs, runs, args.jobs)
+        except RuntimeError as e:  # recorded in the runs' folders (study_jobs.record_failed): the rule reads them
+            _print(f'{e}; recorded, going on')
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog='python reproduction/reproduce.py', description=__doc__.splitlines()[0])
     parser.add_argument('--runs', default=None, help='folder of the train.py runs and their measurements, reused '
@@ -137,6 +176,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         'back instead of trained again (default: DOCS/reproduction/measurements.json if it exists)')
     parser.add_argument('--no-archive', action='store_true', help='read no earlier report: train every run that is '
                         'not in --runs')
+    parser.add_argument('--revision', default=None, choices=[p.name for p in PLANS if p.seed_rule],
+                        help='train only this revision\'s work (revision 5: its check, its pilot, then the seeds its '
+                        'rule gives each claim), then write the report')
     args = parser.parse_args(argv)
     names = {a.name for a in ALL_ARMS}
     unknown = [a for a in args.arms if a not in names]
@@ -159,6 +201,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(str(e))
     start = time.perf_counter()
     load_before = os.getloadavg()[1]
+    if args.revision is not None:
+        return _train_revision(PLAN_BY_NAME[args.revision], runs, archive, args, parser)
     jobs = plan_jobs(runs, arms, seeds, args.timm_train, set(archive))
     long_pair = extended and all(n in {a.name for a in arms} for n in LONG_PAIR)
     if extended:

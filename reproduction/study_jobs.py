@@ -8,23 +8,45 @@ measurements stay in the cache folder and are not run again.
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AbstractSet, Callable, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from longer_schedules import LONG_ARMS, pending, run_dir
-from plan import CPU_FILE, IMAGE_SIZE, LONG_SEEDS, MEASURE_FILE, TRAIN_ARGS, Arm, extended_seeds
+from plan import (
+    CLAIM_BY_KEY,
+    CPU_FILE,
+    IMAGE_SIZE,
+    LONG_SEEDS,
+    MEASURE_FILE,
+    R5_BUDGET_CPU_MIN,
+    R5_CHECK,
+    R5_REACH,
+    R5_SEED_RULE,
+    R5_TRAINS,
+    TRAIN_ARGS,
+    Arm,
+    RevisionPlan,
+    extended_seeds,
+)
+from power import SeedDecision, budgeted_seeds
+from run_results import Archive
+from supporting_runs import ALL_ARMS_BY_NAME
 
 from timm_ext.demo.runner import Job, Progress, read_summary, thread_env
 from timm_ext.demo.runner import run_jobs as run_processes
 from timm_ext.demo.train_runs import TrainRun, train_command
 
-__all__ = ['MEASURE_SCRIPT', 'StudyJob', 'extended_jobs', 'extension_jobs', 'long_jobs', 'measured', 'plan_jobs',
-           'run_jobs', 'train_args', 'trained', 'training', 'write_cpu']
+__all__ = ['FAILED_FILE', 'MEASURE_SCRIPT', 'STOPPED_FILE', 'StudyJob', 'extended_jobs', 'extension_jobs', 'long_jobs',
+           'measured', 'pilot_decisions', 'plan_jobs', 'record_failed', 'record_stopped', 'revision_jobs', 'run_jobs',
+           'stopped_runs', 'train_args', 'trained', 'training', 'write_cpu']
 
 MEASURE_SCRIPT = Path(__file__).resolve().parent / 'measure_run.py'
+FAILED_FILE = 'timm_ext_failed.json'  # a run whose command failed: why, in its folder (record_failed)
+STOPPED_FILE = 'stopped.jsonl'  # runs stopped unfinished and trained again, in the runs folder (record_stopped)
 
 
 def _print(line: str) -> None:
@@ -32,9 +54,12 @@ def _print(line: str) -> None:
 
 
 def training(arm: Arm, data_dir: Path, runs: Path, seed: int) -> TrainRun:
-    """``arm`` for ``seed`` as a train.py run: the study's shared settings, the seed and the arm's lr."""
+    """``arm`` for ``seed`` as a train.py run: the study's shared settings, the seed and the arm's lr
+    (and its weight decay, where it has its own: train.py reads the last ``--weight-decay``)."""
+    own = ('--weight-decay', f'{arm.weight_decay:g}') if arm.weight_decay is not None else ()
     return TrainRun(run_dir(runs, arm.name, seed).name, data_dir, arm.model, arm.opt, arm.epochs,
-                    (*TRAIN_ARGS, '--seed', str(seed), '--lr', f'{arm.lr:g}'), arm.model_kwargs, arm.opt_kwargs)
+                    (*TRAIN_ARGS, '--seed', str(seed), '--lr', f'{arm.lr:g}', *own), arm.model_kwargs,
+                    arm.opt_kwargs)
 
 
 def train_args(arm: Arm, data_dir: Path, runs: Path, seed: int) -> List[str]:
@@ -90,6 +115,8 @@ def plan_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], timm_train:
             folder = run_dir(runs, arm.name, seed)
             if (arm.name, seed) in archived and not folder.exists():
                 continue
+            if (folder / FAILED_FILE).is_file():
+                continue  # recorded as failed (run_jobs): kept with why, not trained again
             commands, cost = [], 0.0
             if not trained(folder, arm.epochs):
                 data = (digits_subset_folder(arm.fraction, size=IMAGE_SIZE) if arm.fraction < 1
@@ -129,6 +156,64 @@ def long_jobs(runs: Path, timm_train: Optional[str],
     return plan_jobs(runs, LONG_ARMS, LONG_SEEDS, timm_train, archived)
 
 
+def _pilot_run(runs: Path, arm: str, seed: int) -> Optional[Dict[str, Any]]:
+    """A finished run's top-1 and CPU seconds (``failed``: why, where its command failed); None while it is not done."""
+    folder = run_dir(runs, arm, seed)
+    if (folder / FAILED_FILE).is_file():
+        rec = json.loads((folder / FAILED_FILE).read_text())
+        return dict(failed=rec['why'], cpu_s=rec.get('cpu_s'), top1=None)
+    if not measured(folder) or not (folder / CPU_FILE).is_file():
+        return None
+    return dict(failed=None, top1=json.loads((folder / MEASURE_FILE).read_text())['top1'],
+                cpu_s=json.loads((folder / CPU_FILE).read_text()).get('cpu_s'))
+
+
+def pilot_decisions(rev: RevisionPlan, runs: Path, archive: Archive) -> Optional[List[SeedDecision]]:
+    """The seeds each claim of ``rev`` gets from its pilot (revision 5's rule, ``plan.R5_SEED_RULE``, through
+    :func:`power.budgeted_seeds`), once every pilot run is done (measured, or recorded as failed); None before. The
+    pilot's differences are each arm's top-1 minus SAM's (the reused runs, read back) at the same seed; an arm with a
+    failed pilot run or one below ``R5_TRAINS`` is dropped; the CPU already spent is the check's and the pilot's."""
+    check_arm, check_seed = R5_CHECK
+    done = {(a, s): _pilot_run(runs, a, s) for a in rev.arms for s in rev.seeds}
+    check = _pilot_run(runs, check_arm.name, check_seed)
+    if check is None or any(v is None for v in done.values()):
+        return None
+    pilot, dropped, cpu, claims = {}, {}, {}, {}
+    for key in rev.claims:
+        claim = CLAIM_BY_KEY[key]
+        runs_of = [done[claim.b, s] for s in rev.seeds]
+        missing = [s for s in rev.seeds if (claim.a, s) not in archive]
+        if missing:
+            raise ValueError(f'revision {rev.name} pairs {claim.b} with {claim.a}, whose seed {missing[0]} is not in '
+                             'the archive: give the report\'s measurements.json (--archive)')
+        bad = [f'seed {s}: {r["failed"]}' if r['failed'] else f'seed {s}: top-1 {r["top1"]:.1f} < {R5_TRAINS:g}'
+               for s, r in zip(rev.seeds, runs_of) if r['failed'] or r['top1'] < R5_TRAINS]
+        if bad:
+            dropped[key] = 'cannot train this model (' + '; '.join(bad) + ')'
+        else:
+            pilot[key] = [r['top1'] - archive[claim.a, s]['top1'] for s, r in zip(rev.seeds, runs_of)]
+        pilot.setdefault(key, [0.0])
+        cpu[key] = statistics.fmean((r['cpu_s'] or 0.0) / 60 for r in runs_of)
+        claims[key] = (claim.margin, claim.direction)
+    spent = sum((r['cpu_s'] or 0.0) / 60 for r in (*done.values(), check))
+    return budgeted_seeds(pilot, claims, cpu, dropped, spent, R5_BUDGET_CPU_MIN, R5_REACH)
+
+
+def revision_jobs(rev: RevisionPlan, runs: Path, timm_train: Optional[str], archive: Archive) -> List[StudyJob]:
+    """The work of a revision whose arms are data (``plan.PLANS``), in order: the check before its pilot (revision 5),
+    its arms at its seeds, seed by seed; then, once that is done, the seeds its rule gives each claim read."""
+    arms = [ALL_ARMS_BY_NAME[name] for name in rev.arms]
+    jobs = plan_jobs(runs, [R5_CHECK[0]], [R5_CHECK[1]], timm_train) if rev.seed_rule == R5_SEED_RULE else []
+    jobs += plan_jobs(runs, arms, rev.seeds, timm_train, set(archive))
+    if jobs or rev.seed_rule != R5_SEED_RULE:
+        return jobs
+    decisions = pilot_decisions(rev, runs, archive) or []
+    more = {CLAIM_BY_KEY[d.key].b: d.n for d in decisions if d.status == 'read'}
+    extra = sorted({s for n in more.values() for s in range(len(rev.seeds), n)})
+    return [job for seed in extra for job in plan_jobs(
+        runs, [a for a in arms if more.get(a.name, 0) > seed], [seed], timm_train, set(archive))]
+
+
 def write_cpu(run_dir: Path, cpu_s: Optional[float], lanes: int) -> None:
     """``CPU_FILE`` in ``run_dir``: the run's CPU seconds (its own processes' user + system time, training and
     measuring; None where the OS reported none), the lanes it ran beside and the machine's cores. Written whole
@@ -139,6 +224,39 @@ def write_cpu(run_dir: Path, cpu_s: Optional[float], lanes: int) -> None:
     tmp.replace(run_dir / CPU_FILE)
 
 
+def _log_tail(log_file: Path, lines: int = 3) -> str:
+    try:
+        return ' | '.join(x.strip() for x in log_file.read_text(errors='replace').splitlines()[-lines:] if x.strip())
+    except OSError:
+        return 'no log'
+
+
+def record_failed(run_dir: Path, log_file: Path, code: int, cpu_s: Optional[float]) -> None:
+    """``FAILED_FILE`` in ``run_dir``: a run whose command failed is kept with why (its exit code and the end of its
+    log) and its CPU time, and the planner does not train it again (:func:`plan_jobs`)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    why = f'exit code {code}: {_log_tail(log_file)}'
+    (run_dir / FAILED_FILE).write_text(json.dumps(dict(why=why, cpu_s=None if cpu_s is None else round(cpu_s, 1),
+                                                       when=time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime()))))
+
+
+def record_stopped(runs: Path, run_dir: Path) -> None:
+    """A line in ``runs/STOPPED_FILE`` for an unfinished run about to be trained again (the study was stopped while it
+    trained: train.py cannot resume it): its name, the epochs it had finished and when its folder was last written."""
+    summary = run_dir / 'summary.csv'
+    epochs = len(read_summary(summary)) if summary.is_file() else 0
+    when = time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(run_dir.stat().st_mtime))
+    with open(runs / STOPPED_FILE, 'a') as f:
+        f.write(json.dumps(dict(run=run_dir.name, epochs=epochs, last_written=when,
+                                why='stopped: the study was interrupted while it trained; trained again')) + '\n')
+
+
+def stopped_runs(runs: Path) -> List[Dict[str, Any]]:
+    """Every record of :func:`record_stopped` in ``runs``, oldest first."""
+    path = runs / STOPPED_FILE
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
 def run_jobs(jobs: List[StudyJob], runs: Path, lanes: int, log: Callable[[str], None] = _print) -> None:
     """Run the jobs ``lanes`` at a time in their order, one torch thread each; a failed command stops its job, the
     others go on, and the failed ones are named at the end. A finished train-and-measure job writes its run's CPU
@@ -147,6 +265,7 @@ def run_jobs(jobs: List[StudyJob], runs: Path, lanes: int, log: Callable[[str], 
     runs.mkdir(parents=True, exist_ok=True)
     for job in jobs:
         if job.trains and job.run_dir.exists():
+            record_stopped(runs, job.run_dir)
             shutil.rmtree(job.run_dir)  # train then measure: an unfinished run here, train.py cannot resume it
     start = time.perf_counter()
     reported: List[str] = []
@@ -158,6 +277,9 @@ def run_jobs(jobs: List[StudyJob], runs: Path, lanes: int, log: Callable[[str], 
                 reported.append(key)
                 if key not in progress.failed and by_key[key].trains:
                     write_cpu(by_key[key].run_dir, progress.cpu_s.get(key), lanes)
+                elif key in progress.failed:
+                    record_failed(by_key[key].run_dir, runs / f'{key}.log', progress.failed[key],
+                                  progress.cpu_s.get(key))
                 status = f'FAILED (see {runs / (key + ".log")})' if key in progress.failed else 'done'
                 log(f'[{(now - start) / 60:5.1f} min] {len(reported)}/{len(jobs)} {key}: {status} '
                     f'in {progress.wall_s(key):.0f} s')

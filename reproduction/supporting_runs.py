@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Dict, Tuple
 
 from longer_schedules import EXTENSION_ARMS
-from plan import ARMS, CNN, CNN_ALL, CURVE, EPOCHS, VIT, VIT_ALL, VIT_SAM, Arm
+from plan import ARMS, CNN, CNN_ALL, CURVE, EPOCHS, R5_ARMS, R5_CHECK, VIT, VIT_ALL, VIT_SAM, Arm
 
 # the training-length runs need the attention and token measurements only, not the Hessian ones
 ATTENTION = 'attention'
@@ -66,5 +66,5 @@ SUPPORT_ARMS: Tuple[ScheduleArm, ...] = (
 WARMUP_OF = {'vit_warmup': 'vit', 'resnet_warmup': 'resnet', 'alternet_warmup': 'alternet',
              'vit_quarter_warmup': 'vit_quarter'}
 ALL_ARMS: Tuple[Arm, ...] = ARMS + SUPPORT_ARMS
-# every arm a run can belong to: the plan's, and revision 2.4's longer schedules of the lr sweep's pair
-ALL_ARMS_BY_NAME: Dict[str, Arm] = {a.name: a for a in ALL_ARMS + EXTENSION_ARMS}
+# every arm a run can belong to: the plan's, revision 2.4's longer schedules of the lr sweep's pair, revision 5's
+ALL_ARMS_BY_NAME: Dict[str, Arm] = {a.name: a for a in ALL_ARMS + EXTENSION_ARMS + R5_ARMS + (R5_CHECK[0],)}
