@@ -52,3 +52,48 @@ def test_revision_3_numbers_follow_from_the_power_analysis_of_the_5_seeds(key):
     p = power.claim_power(key, V3_DIFFS[key], claim.margin, claim.direction)
     assert p.settle <= plan.EXTENDED_SEEDS[key] and p.exclude_zero <= plan.EXTENDED_SEEDS[key]
     assert p.settle_now < plan.POWER  # inconclusive at 5 seeds, and unlikely to be settled there
+
+
+def test_revision_5_trains_every_sam_family_the_package_ships_against_revision_4s_pair():
+    from timm_ext.optim.sam_factory import _FAMILIES
+
+    rev = plan.PLAN_BY_NAME['5']
+    arms = [plan.ARM_BY_NAME.get(n) or next(a for a in plan.R5_ARMS if a.name == n) for n in rev.arms]
+    prefixes = {a.opt[:-len('adamw')] for a in arms if a.opt.endswith('adamw')}
+    # SAM itself is revision 4's vit_sam_x2; interval SAM and GC-SAM are samadamw with their settings; MESA, bSAM
+    assert set(_FAMILIES) - {'sam'} <= prefixes and {'mesa', 'sam'} <= prefixes
+    assert 'bsam' in {a.opt for a in arms} and len(arms) == 12
+    assert {'interval': 10, 'rho': 0.5} == plan.R5_ARMS[4].opt_kwargs and plan.R5_ARMS[10].opt_kwargs['use_gc']
+    assert all(a.epochs == 120 and a.model == 'vit_tiny_patch16_224' and a.model_kwargs == plan.VIT for a in arms)
+    # the cheap variants first, as the issue orders them; each claim compares its arm with SAM, paired by seed
+    assert rev.arms[:5] == plan.R5_CHEAP
+    for key, arm in zip(rev.claims, rev.arms):
+        claim = plan.CLAIM_BY_KEY[key]
+        assert (claim.a, claim.b, claim.margin) == (plan.R5_SAM, arm, plan.R5_MARGIN)
+        assert claim.direction == ('unchanged' if arm in plan.R5_CHEAP else 'increase')
+    assert rev.seeds == (0, 1, 2) and plan.R5_REACH == 16 == len(plan.LONG_SEEDS)
+    assert len(rev.reused) == 32 and 'vit_sam_x2-s15' in rev.reused
+    # the check trains revision 4's AdamW run again under a name of its own: the cache never shadows the reused run
+    check, seed = plan.R5_CHECK
+    assert (check.name, seed) == ('vit_x2_check', 0) and check.epochs == 120 and check.opt == 'adamw'
+
+
+def test_every_revision_is_data_with_its_decision_in_order():
+    assert [p.name for p in plan.PLANS] == ['2', '2.1', '2.2', '2.3', '2.4', '3', '3.1', '4', '5']
+    assert all(p.decided.startswith(f'Revision {p.name} (') for p in plan.PLANS)
+    assert plan.PLAN_BY_NAME['3'].claim_seeds == plan.EXTENDED_SEEDS
+    assert 'Against optional stopping' in plan.PLAN_BY_NAME['3'].decided
+    assert len(plan.__doc__.splitlines()) < 25  # the revision log lives in the data, not the docstring
+    from _reproduction import registration
+
+    assert {r.name for r in registration.REVISIONS} <= {p.name for p in plan.PLANS}  # the record: what has run
+
+
+def test_an_arm_with_its_own_weight_decay_passes_it_last(tmp_path):
+    from _reproduction import study_jobs
+
+    bsam = next(a for a in plan.R5_ARMS if a.opt == 'bsam')
+    args = study_jobs.train_args(bsam, tmp_path, tmp_path / 'runs', seed=0)
+    at = [i for i, x in enumerate(args) if x == '--weight-decay']
+    assert len(at) == 2 and args[at[-1] + 1] == '0.007' and args[args.index('--lr') + 1] == '0.5'
+    assert '--weight-decay' in study_jobs.train_args(plan.ARM_BY_NAME['vit'], tmp_path, tmp_path, 0)

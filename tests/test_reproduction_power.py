@@ -1,5 +1,7 @@
 """reproduction/power.py: the seeds a claim needs, checked against a simulation of the verdict rule itself."""
+import math
 import random
+import statistics
 
 import pytest
 from _reproduction import power, run_results
@@ -86,3 +88,35 @@ def test_command_prints_every_claim(tmp_path, capsys):
     with pytest.raises(SystemExit):
         power.main([str(tmp_path / 'missing.json')])
     assert 'no measurements at' in capsys.readouterr().err
+
+
+def test_pooled_sd_weighs_each_group_by_its_degrees_of_freedom():
+    a, b = [1.0, 2.0, 3.0], [0.0, 4.0]
+    expected = math.sqrt((2 * statistics.variance(a) + 1 * statistics.variance(b)) / 3)
+    assert power.pooled_sd([a, b]) == pytest.approx(expected)
+    with pytest.raises(ValueError, match='at least 2 values'):
+        power.pooled_sd([[1.0]])
+
+
+def test_budgeted_seeds_reads_in_order_while_the_budget_lasts():
+    pilot = {'a': [0.3, -0.3, 0.0], 'b': [0.6, 0.0, 0.3], 'c': [1.2, 0.3, -0.3], 'd': [0.0, 0.0, 0.0]}
+    claims = {'a': (0.5, 'unchanged'), 'b': (0.5, 'increase'), 'c': (0.5, 'increase'), 'd': (0.5, 'increase')}
+    cpu = {'a': 8.0, 'b': 10.0, 'c': 10.0, 'd': 10.0}
+    out = power.budgeted_seeds(pilot, claims, cpu, {'d': 'cannot train'}, spent=300, budget=600, reach=16)
+    by = {d.key: d for d in out}
+    assert [d.key for d in out] == ['a', 'b', 'c', 'd'] and by['d'].status == 'dropped' and by['d'].n is None
+    sd = power.pooled_sd([pilot['a'], pilot['b'], pilot['c']])  # the dropped arm's differences are left out
+    for key in 'abc':
+        mean, (margin, direction) = statistics.fmean(pilot[key]), claims[key]
+        p = lambda k, m=mean, g=margin, u=direction == 'unchanged': power.settle_probability(m, sd, k, g, u)  # noqa
+        n = by[key].n
+        assert p(n) >= power.POWER and (n == 3 or p(n - 1) < power.POWER)
+    read = [d for d in out if d.status == 'read']
+    assert sum(d.cpu_min for d in read) <= 300 and all(d.cpu_min == (d.n - 3) * cpu[d.key] for d in read)
+    # a smaller budget stops in order, and a later, cheaper claim may still fit
+    tight = power.budgeted_seeds(pilot, claims, {'a': 8.0, 'b': 50.0, 'c': 1.0, 'd': 1.0}, {'d': 'x'}, spent=0,
+                                 budget=(by['a'].n - 3) * 8.0 + 5 + (by['c'].n - 3) * 1.0, reach=16)
+    assert [d.status for d in tight] == ['read', 'out of reach', 'read', 'dropped']
+    assert 'CPU-min' in tight[1].why and 'budget left' in tight[1].why
+    far = power.budgeted_seeds({'a': [0.6, -0.6, 0.0]}, {'a': (0.05, 'increase')}, {'a': 1.0}, {}, 0, 1e9, reach=16)
+    assert far[0].status == 'out of reach' and 'past the 16 the reused runs have' in far[0].why

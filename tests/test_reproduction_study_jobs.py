@@ -112,3 +112,60 @@ def test_run_jobs_records_the_cpu_time_of_trained_and_measured_runs_only(tmp_pat
     # measuring again: its CPU time leaves the training out, so the earlier file stays and none is made
     assert (again / plan.CPU_FILE).read_text() == earlier and not (fresh / plan.CPU_FILE).exists()
     assert (again / 'm.json').is_file() and (fresh / 'm.json').is_file()
+
+
+def _finished(runs, arm, seed, top1, cpu_s=600.0):
+    folder = runs / f'{arm}-s{seed}'
+    folder.mkdir(parents=True)
+    (folder / 'summary.csv').write_text('epoch,train_loss,eval_loss,eval_top1\n'
+                                        + ''.join(f'{e},1,1,{top1}\n' for e in range(120)))
+    (folder / 'last.pth.tar').write_text('')
+    (folder / measure_run.MEASURE_FILE).write_text(json.dumps(dict(top1=top1)))
+    (folder / plan.CPU_FILE).write_text(json.dumps(dict(cpu_s=cpu_s, lanes=2, cores=2)))
+
+
+def test_a_failed_run_is_recorded_with_why_and_not_trained_again(tmp_path, monkeypatch):
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    runs = tmp_path / 'runs'
+    (runs / 'vit-s0').mkdir(parents=True)
+    (runs / 'vit-s0.log').write_text('epoch 3\nRuntimeError: loss is nan\n')
+    study_jobs.record_failed(runs / 'vit-s0', runs / 'vit-s0.log', 1, 12.34)
+    rec = json.loads((runs / 'vit-s0' / study_jobs.FAILED_FILE).read_text())
+    assert rec['why'] == 'exit code 1: epoch 3 | RuntimeError: loss is nan' and rec['cpu_s'] == 12.3
+    jobs = study_jobs.plan_jobs(runs, [plan.ARM_BY_NAME['vit']], [0, 1], str(TRAIN_PY))
+    assert [j.key for j in jobs] == ['vit-s1']
+    # a run stopped unfinished is trained again, and the stop is recorded first
+    (runs / 'vit-s1').mkdir()
+    (runs / 'vit-s1' / 'summary.csv').write_text('epoch,train_loss,eval_loss,eval_top1\n0,1,1,50\n1,1,1,60\n')
+    study_jobs.record_stopped(runs, runs / 'vit-s1')
+    [stop] = study_jobs.stopped_runs(runs)
+    assert stop['run'] == 'vit-s1' and stop['epochs'] == 2 and stop['why'].startswith('stopped')
+
+
+def test_revision_5_goes_from_its_check_and_pilot_to_the_seeds_its_rule_gives(tmp_path, monkeypatch):
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    rev, runs = plan.PLAN_BY_NAME['5'], tmp_path / 'runs'
+    archive = {(a, s): dict(top1=97.0 + (a == plan.R5_SAM)) for a in (plan.R5_ADAMW, plan.R5_SAM)
+               for s in plan.LONG_SEEDS}
+    jobs = study_jobs.revision_jobs(rev, runs, str(TRAIN_PY), archive)
+    assert [j.key for j in jobs][:3] == ['vit_x2_check-s0', 'vit_esam_x2-s0', 'vit_mesa_x2-s0']
+    assert len(jobs) == 1 + 12 * 3 and study_jobs.pilot_decisions(rev, runs, archive) is None
+    _finished(runs, 'vit_x2_check', 0, 97.0)
+    for i, arm in enumerate(rev.arms):
+        for seed in rev.seeds:
+            # SAM's top-1 + a spread of 0.28 pt; the fourth arm (LookSAM) does not learn at seed 1
+            _finished(runs, arm, seed, 10.0 if (i == 3 and seed == 1) else 98.0 + 0.28 * ((seed + i) % 3 - 1))
+    decisions = study_jobs.pilot_decisions(rev, runs, archive)
+    by = {d.key: d for d in decisions}
+    assert [d.key for d in decisions] == list(rev.claims)
+    assert by['r5_looksam'].status == 'dropped' and 'seed 1: top-1 10.0 < 50' in by['r5_looksam'].why
+    spent = (1 + 36) * 10.0  # 600 s each
+    assert sum(d.cpu_min for d in decisions) <= plan.R5_BUDGET_CPU_MIN - spent
+    read = [d for d in decisions if d.status == 'read']
+    assert read and read[0].key == 'r5_esam'  # the cheap variants first
+    jobs = study_jobs.revision_jobs(rev, runs, str(TRAIN_PY), archive)
+    more = {plan.CLAIM_BY_KEY[d.key].b: d.n for d in read}
+    assert sorted(j.key for j in jobs) == sorted(f'{a}-s{s}' for a, n in more.items() for s in range(3, n))
+    assert [j.seed for j in jobs] == sorted(j.seed for j in jobs)  # seed by seed
