@@ -6,9 +6,9 @@ claims by :func:`unchanged_verdict`). Revision 4 added the label "smaller than c
 of the rule before it too (``old_label``), which the report shows beside the new one where they differ.
 """
 from dataclasses import dataclass
-from typing import Any, Collection, Dict, List, Sequence, Tuple
+from typing import Any, Collection, List, Mapping, Optional, Sequence, Tuple
 
-from plan import CLAIMS, EXTENDED_SEEDS, LONG_CLAIM, LONG_SEEDS, SMALLER_THAN_CLAIMED, Claim
+from plan import CLAIM_BY_KEY, PLANS, SMALLER_THAN_CLAIMED, Claim, RevisionPlan
 from run_metrics import metric_fn
 from run_results import Results
 
@@ -63,61 +63,49 @@ def _arms_of(side: Any) -> List[str]:
     return [] if side is None else list(side) if isinstance(side, tuple) else [side]
 
 
-def evaluate(r: Results, claims: Sequence[Claim] = CLAIMS) -> List[ClaimResult]:
-    """Every claim whose arms were run, in ``CLAIMS`` order."""
+def read(r: Results, claims: Sequence[Claim], at: Optional[Mapping[str, int]] = None, without: Collection[int] = (),
+         revision: str = '') -> List[ClaimResult]:
+    """The one claims reader: each claim of ``claims`` whose arms were run, in order, read once by the rule. A claim in
+    ``at`` is read at exactly its first ``at[key]`` seeds, 0 to n - 1 (fixed before the runs, by ``revision``): an
+    arm with fewer is an error, never read at fewer, and a claim none of whose arms was run is left out. Any other
+    claim reads every seed its arms have (all of them run, else it is left out), less the seeds in ``without``."""
     out = []
     for claim in claims:
-        if not all(a in r for a in _arms_of(claim.a) + _arms_of(claim.b)):
-            continue
-        n = len(r[_arms_of(claim.b)[0]])
-        diff = paired_difference(side_values(r, claim.a, claim.metric, n), side_values(r, claim.b, claim.metric, n))
-        if claim.direction == 'unchanged':
-            label, agree = unchanged_verdict(diff, claim.margin)
-            old = label
-        else:
-            v = verdict(diff, claim.direction, claim.margin, smaller_than_claimed=SMALLER_THAN_CLAIMED)
-            label, agree = v.label, v.agree
-            old = verdict(diff, claim.direction, claim.margin, smaller_than_claimed=False).label
-        out.append(ClaimResult(claim, diff, label, agree, old if old != label else ''))
-    return out
-
-
-def evaluate_extended(r: Results, seeds: Dict[str, int] = EXTENDED_SEEDS) -> List[ClaimResult]:
-    """Revision 3: each claim of ``seeds`` read once, on exactly its first ``seeds[key]`` seeds (fixed before the runs),
-    by the same rule. A claim whose arms have fewer seeds than that is an error, never read at fewer."""
-    out = []
-    for claim in (c for c in CLAIMS if c.key in seeds):
-        n = seeds[claim.key]
         arms = _arms_of(claim.a) + _arms_of(claim.b)
-        if not any(a in r for a in arms):
-            continue  # a study of other arms
-        short = [f'{a} ({len(r.get(a, []))})' for a in arms if len(r.get(a, [])) < n]
-        if short:
-            raise ValueError(f'claim {claim.key} is read at {n} seeds (plan revision 3) but these arms have fewer: '
-                             f'{", ".join(short)}; train them first (python reproduction/reproduce.py)')
-        out += evaluate({a: r[a][:n] for a in arms}, [claim])
+        if at is not None and claim.key in at:
+            if not any(a in r for a in arms):
+                continue  # a study of other arms
+            n = at[claim.key]
+            short = [f'{a} ({[m["seed"] for m in r.get(a, [])][:n]})' for a in arms
+                     if [m['seed'] for m in r.get(a, [])][:n] != list(range(n))]
+            if short:
+                raise ValueError(f'claim {claim.key} is read at seeds 0-{n - 1} (plan revision {revision or "?"}) but '
+                                 f'these arms have others: {", ".join(short)}; train them first '
+                                 '(python reproduction/reproduce.py)')
+            out.append(_reading(claim, {a: r[a][:n] for a in arms}))
+        elif all(a in r for a in arms):
+            out.append(_reading(claim, {a: [m for m in r[a] if m['seed'] not in without] for a in arms}))
     return out
 
 
-def evaluate_long(r: Results) -> List[ClaimResult]:
-    """Revision 4: the ViT pair at 120 epochs, read once at exactly ``LONG_SEEDS`` (fixed before the runs), by the
-    rule of revision 4; nothing where the study has not run the pair, an error where it has fewer seeds."""
-    arms = [LONG_CLAIM.a, LONG_CLAIM.b]
-    if not any(a in r for a in arms):
-        return []
-    seeds = [[m['seed'] for m in r.get(a, [])] for a in arms]
-    if any(s != list(LONG_SEEDS) for s in seeds):
-        raise ValueError(f'claim {LONG_CLAIM.key} is read at seeds {LONG_SEEDS[0]}-{LONG_SEEDS[-1]} (plan revision 4) '
-                         f'but {", ".join(f"{a} has {s}" for a, s in zip(arms, seeds))}; train them first '
-                         '(python reproduction/reproduce.py)')
-    return evaluate({a: r[a] for a in arms}, [LONG_CLAIM])
+def _reading(claim: Claim, r: Results) -> ClaimResult:
+    n = len(r[_arms_of(claim.b)[0]])
+    diff = paired_difference(side_values(r, claim.a, claim.metric, n), side_values(r, claim.b, claim.metric, n))
+    if claim.direction == 'unchanged':
+        label, agree = unchanged_verdict(diff, claim.margin)
+        old = label
+    else:
+        v = verdict(diff, claim.direction, claim.margin, smaller_than_claimed=SMALLER_THAN_CLAIMED)
+        label, agree = v.label, v.agree
+        old = verdict(diff, claim.direction, claim.margin, smaller_than_claimed=False).label
+    return ClaimResult(claim, diff, label, agree, old if old != label else '')
 
 
-def evaluate_long_unseen(r: Results, seen: Collection[int]) -> List[ClaimResult]:
-    """Revision 4's pair read without the ``seen`` seeds, whose runs were trained and read before it was written
-    (revision 3.1's, ``LONG_REUSED`` in the study): the runs no one had seen, beside the reading of all 16 seeds
-    (issue 57). Nothing where the pair is not run or nothing was seen."""
-    arms = [LONG_CLAIM.a, LONG_CLAIM.b]
-    if not seen or not all(a in r for a in arms):
-        return []
-    return evaluate({a: [m for m in r[a] if m['seed'] not in seen] for a in arms}, [LONG_CLAIM])
+def read_revision(rev: RevisionPlan, r: Results, at: Optional[Mapping[str, int]] = None) -> List[ClaimResult]:
+    """``rev``'s claims (``plan.PLANS``) read once each: at the seeds the revision fixed for them (its
+    ``claim_seeds``; a later revision's claims at its own seeds; ``at`` where a rule fixed them from the runs, as
+    revision 5's), the first revision's at every seed its arms have; in the plan's order of its claims."""
+    if at is None:
+        at = dict(rev.claim_seeds) or ({} if rev is PLANS[0] else {key: len(rev.seeds) for key in rev.claims})
+    order = list(CLAIM_BY_KEY)  # the plan's order of its claims
+    return read(r, [CLAIM_BY_KEY[key] for key in sorted(rev.claims, key=order.index)], at or None, revision=rev.name)

@@ -80,13 +80,15 @@ def tried(runs: Path, name: str, seed: int) -> List[Path]:
     return out or [run_dir(runs, name, seed)]
 
 
-def pending(runs: Path, names: Sequence[str], seeds: Sequence[int]) -> List[Tuple[Arm, int]]:
+def pending(runs: Path, names: Sequence[str], seeds: Sequence[int],
+            leads: Optional[Sequence[str]] = None) -> List[Tuple[Arm, int]]:
     """The runs the rules ask for next, among ``seeds``: for each seed whose group was measured at its longest schedule
     so far and missed the rule there, every arm of the group at twice that schedule (none past ``MAX_DOUBLINGS``).
-    A group is only extended where all of its arms are among ``names``."""
+    A group is only extended where all of its arms are among ``names``; ``leads`` names each group by its first arm
+    (default: every group of revisions 2.4 and 3.1)."""
     out: List[Tuple[Arm, int]] = []
     for seed in seeds:
-        for lead in (*(pair[0] for pair in EXTENDED_PAIRS), EXTENDED_GROUP[0]):
+        for lead in leads if leads is not None else (*(pair[0] for pair in EXTENDED_PAIRS), EXTENDED_GROUP[0]):
             group = group_of(lead, seed)
             if group is None or not all(n in names for n in group):
                 continue

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from claims import ClaimResult, evaluate, evaluate_extended, evaluate_long, evaluate_long_unseen
+from claims import ClaimResult, read, read_revision
 from convergence_text import DOUBLED, converged_cell, doubling_text, judged, rule_count, rule_text
 from extended_report import extended_cell, extended_section, headline, powers
 from figures import STEM_LRS, draw_extended, draw_plots
@@ -24,9 +24,12 @@ from longer_schedules import LONG_ARMS
 from plan import (
     ARMS,
     EPOCHS,
+    LONG_CLAIM,
     LONG_PAIR,
     LONG_REUSED,
     LONG_SEEDS,
+    PLAN_BY_NAME,
+    PLANS,
     SAM_RHO,
     VIT_EPOCHS,
     Arm,
@@ -404,36 +407,38 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
 
 def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Path, command: str, wall_s: float,
                  trained: int = 0, load: Optional[Tuple[float, float]] = None, archive: Optional[Archive] = None,
-                 extended: bool = False, earlier: Optional[Results] = None) -> Path:
+                 extended: bool = False, earlier: Optional[Results] = None, revision: str = PLANS[-1].name) -> Path:
     """docs/reproduction.md, its plots and measurements.json from the cached runs in ``runs`` (and the runs of
     ``archive`` that the cache does not hold); ``extended`` adds revision 3's claims at more seeds and revision 4's
     pair at 120 epochs; ``earlier`` (runs of withdrawn arms, an earlier measurements.json's ``earlier_runs``) is kept
-    in measurements.json and listed, read by no claim."""
+    in measurements.json and listed, read by no claim; ``revision`` is the plan's revision the report is as of (the
+    study's runs up to it), which measurements.json records."""
     r_final = load_results(runs, arms, seeds, archive)
     # every run at its first schedule first (revision 2.4's runs at twice the schedule read seeds again after one of
     # them had missed the rule: its reading stands beside, issue 57)
     r = first_schedules(r_final)
-    claims = evaluate(r)
+    claims = read_revision(PLAN_BY_NAME['2'], r)
     first = {c.claim.key: c for c in claims}
-    again_24 = [c for c in evaluate(r_final) if c.claim.key in first and c.diff.diffs != first[c.claim.key].diff.diffs]
+    again_24 = [c for c in read_revision(PLAN_BY_NAME['2'], r_final)
+                if c.claim.key in first and c.diff.diffs != first[c.claim.key].diff.diffs]
     seeds_of = {a.name: (*seeds, *extended_seeds(a.name)) for a in arms if extended and extended_seeds(a.name)}
     r_ext = load_results(runs, [a for a in arms if a.name in seeds_of], seeds, archive, seeds_of) if seeds_of else {}
     # revision 4: revision 3's claims as registered (every run at its first schedule, those that miss the rule
     # named); revision 3.1's reading, where it trained seeds again, beside them as a sensitivity reading
-    ext = evaluate_extended(first_schedules(r_ext)) if seeds_of else []
+    ext = read_revision(PLAN_BY_NAME['3'], first_schedules(r_ext)) if seeds_of else []
     new = [m for ms in r_ext.values() for m in ms if m['seed'] not in seeds]
-    sensitivity = evaluate_extended(r_ext) if any('replaced' in m for m in new) else []
+    sensitivity = read_revision(PLAN_BY_NAME['3'], r_ext) if any('replaced' in m for m in new) else []
     r_long = _long_results(runs, archive) if extended else {}
-    long = evaluate_long(r_long)
+    long = read_revision(PLAN_BY_NAME['4'], r_long)
     reused = {x['run'] for x in longer_runs(new)}  # revision 3.1's runs that revision 4 reads again
     seen = {m['seed'] for ms in r_long.values() for m in ms if m.get('run') in reused}
-    long_unseen = evaluate_long_unseen(r_long, seen)
+    long_unseen = read(r_long, [LONG_CLAIM], without=seen) if seen else []  # issue 57: the runs no one had seen
     figs = (draw_plots(r, claims, docs / FIGS, {a.name: a.label for a in arms})
             + draw_extended(claims, ext, docs / FIGS, sensitivity, long))
     power = powers(claims) if ext else {}
     every = {**r_final, **r_ext, **r_long}
     (docs / FIGS / 'measurements.json').write_text(json.dumps(dict(
-        seeds=list(seeds), arms={a.name: dict(model=a.model, model_kwargs=a.model_kwargs, opt=a.opt,
+        revision=revision, seeds=list(seeds), arms={a.name: dict(model=a.model, model_kwargs=a.model_kwargs, opt=a.opt,
                                               opt_kwargs=a.opt_kwargs, lr=a.lr, fraction=a.fraction,
                                               epochs=a.epochs, seeds=list(seeds_of.get(a.name, seeds)))
                                  for a in (*arms, *(LONG_ARMS if r_long else ()))},

@@ -32,8 +32,8 @@ from plan import (
     LONG_PAIR,
     LONG_SEEDS,
     MAX_DOUBLINGS,
-    PLAN_BY_NAME,
     PLANS,
+    R5_CHECK,
     SEEDS,
     Arm,
     RevisionPlan,
@@ -41,16 +41,7 @@ from plan import (
 )
 from run_ledger import load_earlier_runs
 from run_results import Archive, load_archive, long_archive
-from study_jobs import (
-    StudyJob,
-    extended_jobs,
-    extension_jobs,
-    long_jobs,
-    pilot_decisions,
-    plan_jobs,
-    revision_jobs,
-    run_jobs,
-)
+from study_jobs import StudyJob, pilot_decisions, regroup_jobs, run_jobs, study_jobs
 from supporting_runs import ALL_ARMS, SUPPORT_ARMS
 
 __all__ = ['main', 'print_plan']
@@ -69,8 +60,9 @@ def _eta_minutes(jobs: Sequence[StudyJob], lanes: int) -> float:
 
 def print_plan(jobs: Sequence[StudyJob], arms: Sequence[Arm], seeds: Sequence[int], lanes: int,
                log: Callable[[str], None] = _print, longer: Sequence[StudyJob] = (),
-               archived: Sequence[tuple] = (), extended: bool = False) -> None:
-    """What will run (per arm: seeds to train, seeds only to measure, seeds cached or archived) and the ETA."""
+               archived: Sequence[tuple] = (), extended: bool = False, revs: Sequence[RevisionPlan] = ()) -> None:
+    """What will run (per arm: seeds to train, seeds only to measure, seeds cached or archived; a revision with a seed
+    rule, its runs) and the ETA."""
     support = sum(a in SUPPORT_ARMS for a in arms)
     seeds_of = {a.name: (*seeds, *(extended_seeds(a.name) if extended else ())) for a in arms}
     total = sum(len(v) for v in seeds_of.values())
@@ -106,6 +98,11 @@ def print_plan(jobs: Sequence[StudyJob], arms: Sequence[Arm], seeds: Sequence[in
             f'{LONG_SEEDS[0]}-{LONG_SEEDS[-1]}: train {sum(j.trains for j in mine)} runs, measure only '
             f'{sum(not j.trains for j in mine)}, read back {read_back} pairs; a run that misses the convergence rule '
             f'is named, not trained again')
+    for rev in (r for r in revs if r.seed_rule):
+        mine = [j for j in jobs if j.arm.name in rev.arms or j.arm.name == R5_CHECK[0].name]
+        log(f'revision {rev.name}: {len(rev.arms)} arms; its check and its pilot at seeds '
+            f'{rev.seeds[0]}-{rev.seeds[-1]}, then the seeds its rule gives each claim ({rev.seed_rule}): train '
+            f'{sum(j.trains for j in mine)} runs now, measure only {sum(not j.trains for j in mine)}')
     if jobs:
         log(f'ETA: {_eta_minutes(jobs, lanes):.0f} min with {lanes} runs at a time on an idle 2-core machine '
             f'(a plain ViT run = {UNIT_SECONDS:.0f} s), then the report (< 2 min)')
@@ -131,31 +128,11 @@ def _public_argv(argv: Sequence[str]) -> List[str]:
     return out
 
 
-def _train_revision(rev: RevisionPlan, runs: Path, archive: Archive, args: argparse.Namespace,
-                    parser: argparse.ArgumentParser) -> int:
-    """A revision whose work is data (``plan.PLANS``): its jobs stage by stage (:func:`study_jobs.revision_jobs`),
-    each stage's plan and ETA printed first, until nothing is left; a failed run is recorded and the others go on."""
-    if not archive:
-        parser.error(f'revision {rev.name} reads back earlier runs: give the report\'s measurements.json (--archive)')
-    while True:
-        jobs = revision_jobs(rev, runs, args.timm_train, archive)
-        decisions = pilot_decisions(rev, runs, archive) if rev.seed_rule else None
-        for d in decisions or ():
-            _print(f'  {d.key:<16} {d.status:<13} {d.why}')
-        if not jobs:
-            _print(f'revision {rev.name}: nothing left to train in {runs}')
-            return 0
-        _print(f'revision {rev.name}: {sum(j.trains for j in jobs)} run(s) to train, {len(jobs)} job(s): '
-               f'{", ".join(j.key for j in jobs[:6])}{" ..." if len(jobs) > 6 else ""}; ETA '
-               f'{_eta_minutes(jobs, args.jobs):.0f} min')
-        if args.dry_run:
-            return 0
-        if args.report_only:
-            parser.error(f'--report-only: revision {rev.name} has {len(jobs)} job(s) left (first: {jobs[0].key})')
-        try:
-            run_jobs(jobs, runs, args.jobs)
-        except RuntimeError as e:  # recorded in the runs' folders (study_jobs.record_failed): the rule reads them
-            _print(f'{e}; recorded, going on')
+def _print_decisions(revs: Sequence[RevisionPlan], runs: Path, archive: Archive) -> None:
+    """The seeds each claim of a revision with a seed rule gets, once its pilot is done."""
+    for rev in revs:
+        for d in (pilot_decisions(rev, runs, archive) if rev.seed_rule else None) or ():
+            _print(f'  revision {rev.name}: {d.key:<16} {d.status:<13} {d.why}')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -165,8 +142,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--docs', default='docs', help='folder that receives reproduction.md and reproduction/')
     parser.add_argument('--seeds', type=int, nargs='+', default=None,
                         help='the seeds of every arm (default: 0-4, and revision 3\'s extra seeds for its claims)')
-    parser.add_argument('--arms', nargs='+', default=[a.name for a in ALL_ARMS],
-                        help='subset of the arms (default: all, the supporting runs included)')
+    parser.add_argument('--arms', nargs='+', default=None,
+                        help='subset of the arms (default: all, the supporting runs and every revision\'s included)')
     parser.add_argument('--jobs', type=int, default=2, help='runs at a time (one thread each)')
     parser.add_argument('--timm-train', default=None, help='timm\'s train.py (or its folder)')
     parser.add_argument('--dry-run', action='store_true', help='print the plan and the ETA, run nothing')
@@ -176,17 +153,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         'back instead of trained again (default: DOCS/reproduction/measurements.json if it exists)')
     parser.add_argument('--no-archive', action='store_true', help='read no earlier report: train every run that is '
                         'not in --runs')
-    parser.add_argument('--revision', default=None, choices=[p.name for p in PLANS if p.seed_rule],
-                        help='train only this revision\'s work (revision 5: its check, its pilot, then the seeds its '
-                        'rule gives each claim), then write the report')
+    parser.add_argument('--revision', default=PLANS[-1].name, choices=[p.name for p in PLANS],
+                        help='the study as of this revision of the plan: its work and every earlier one\'s, and its '
+                        'report (default: the last, %(default)s)')
     args = parser.parse_args(argv)
-    names = {a.name for a in ALL_ARMS}
-    unknown = [a for a in args.arms if a not in names]
+    known = {a.name for a in ALL_ARMS} | {n for rev in PLANS for n in rev.arms}
+    unknown = [a for a in args.arms or () if a not in known]
     if unknown:
-        parser.error(f'unknown arm {unknown[0]!r}: choose from {", ".join(sorted(names))}')
+        parser.error(f'unknown arm {unknown[0]!r}: choose from {", ".join(sorted(known))}')
     if args.jobs < 1:
         parser.error(f'--jobs must be at least 1, got {args.jobs}')
-    arms = [a for a in ALL_ARMS if a.name in args.arms]
+    arms = [a for a in ALL_ARMS if args.arms is None or a.name in args.arms]
     extended = args.seeds is None
     seeds = list(SEEDS) if extended else args.seeds
     from timm_ext.data import default_cache_dir
@@ -201,19 +178,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(str(e))
     start = time.perf_counter()
     load_before = os.getloadavg()[1]
-    if args.revision is not None:
-        return _train_revision(PLAN_BY_NAME[args.revision], runs, archive, args, parser)
-    jobs = plan_jobs(runs, arms, seeds, args.timm_train, set(archive))
-    long_pair = extended and all(n in {a.name for a in arms} for n in LONG_PAIR)
-    if extended:
-        jobs += extended_jobs(runs, arms, args.timm_train, set(archive))
-    if long_pair:  # revision 4: the ViT pair at twice its schedule for every seed (revision 3.1's pairs read back)
-        jobs += long_jobs(runs, args.timm_train, {*archive, *long_archive(archive)})
+    # the first revision's frame (every chosen arm at the seeds), then every later revision's work from its data
+    # (--seeds: the frame at those seeds only, and the rules that train a seed's group again)
+    upto = PLANS[:[p.name for p in PLANS].index(args.revision) + 1]
+    revs = upto if extended else tuple(rev for rev in upto if rev.regroup)
+    only = None if args.arms is None else set(args.arms)
+    jobs = study_jobs(revs if extended else (), runs, arms, seeds, args.timm_train, archive, only)
     # revisions 2.4 and 3.1 extend a seed's group at any seed the study trains (3.1's groups: the new seeds only)
     every_seed = sorted({*seeds, *(s for a in arms for s in (extended_seeds(a.name) if extended else ()))})
-    jobs_after = [] if jobs else extension_jobs(runs, arms, every_seed, args.timm_train)
+    names = [a.name for a in arms]
+    jobs_after = [] if jobs else regroup_jobs(revs, runs, names, every_seed, args.timm_train)
     print_plan(jobs, arms, seeds, args.jobs, longer=jobs_after, archived=[*archive, *long_archive(archive)],
-               extended=extended)
+               extended=extended, revs=revs if args.arms is None else ())
     if args.dry_run:
         return 0
     if (jobs or jobs_after) and args.report_only:
@@ -223,11 +199,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     to_train = sum(1 for j in jobs if j.trains)
     run_jobs(jobs, runs, args.jobs)
     for _ in range(MAX_DOUBLINGS):  # revisions 2.4 and 3.1: seed by seed, until every run of a seed's group converges
-        more = extension_jobs(runs, arms, every_seed, args.timm_train)
+        more = regroup_jobs(revs, runs, names, every_seed, args.timm_train)
         if not more:
             break
         _print(f'{len(more)} run(s) at twice the schedule, where a run of a seed\'s group missed the convergence rule: '
                f'{", ".join(j.key for j in more)}; ETA {_eta_minutes(more, args.jobs):.0f} min')
+        to_train += sum(1 for j in more if j.trains)
+        run_jobs(more, runs, args.jobs)
+    for _ in range(len(revs)):  # a revision with a seed rule (5): the seeds its rule gives, once its pilot is done
+        more = study_jobs(revs if extended else (), runs, arms, seeds, args.timm_train, archive, only)
+        if not more:
+            break
+        _print_decisions(revs, runs, archive)
+        _print(f'{len(more)} run(s) the seed rule gives: {", ".join(j.key for j in more[:6])}'
+               f'{" ..." if len(more) > 6 else ""}; ETA {_eta_minutes(more, args.jobs):.0f} min')
         to_train += sum(1 for j in more if j.trains)
         run_jobs(more, runs, args.jobs)
     from report import write_report
@@ -237,7 +222,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     earlier = load_earlier_runs(archive_path) if archive else {}  # withdrawn arms' runs: kept, read by no claim
     path = write_report(runs, arms, seeds, Path(args.docs), command.strip(), wall_s=time.perf_counter() - start,
                         trained=to_train, load=(load_before, os.getloadavg()[1]), archive=archive,
-                        extended=extended, earlier=earlier)
+                        extended=extended, earlier=earlier, revision=args.revision)
     print(f'report: {path} ({time.perf_counter() - start:.0f} s in all)')
     return 0
 

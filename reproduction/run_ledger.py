@@ -118,7 +118,7 @@ def load_earlier_runs(path: Path) -> Dict[str, List[Dict[str, Any]]]:
 
 def earlier_reading(earlier: Dict[str, List[Dict[str, Any]]]) -> str:
     """The withdrawn lr 2e-3 claim read again from the recovered runs, as the report of 6b6c309 read it."""
-    from claims import evaluate
+    from claims import read
     from plan import Claim
 
     a, b = 'vit_lr2e-3', 'vit_convstem_lr2e-3'
@@ -126,7 +126,7 @@ def earlier_reading(earlier: Dict[str, List[Dict[str, Any]]]) -> str:
         return ''
     claim = Claim('stem_lr_2e-3', 'scaled-relu', 'Table 1', 'at lr 2e-3 the conv stem reaches a higher top-1 than '
                   'patchify', 'top1', a, b, 'increase', 1.0, ' pt')
-    (c,) = evaluate({a: earlier[a], b: earlier[b]}, [claim])
+    (c,) = read({a: earlier[a], b: earlier[b]}, [claim])
     from measure_run import tail_gain
 
     from timm_ext.analysis.stats import format_difference

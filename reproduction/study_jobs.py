@@ -15,34 +15,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from longer_schedules import LONG_ARMS, pending, run_dir
+from longer_schedules import pending, run_dir
 from plan import (
     CLAIM_BY_KEY,
     CPU_FILE,
     IMAGE_SIZE,
-    LONG_SEEDS,
     MEASURE_FILE,
     R5_BUDGET_CPU_MIN,
     R5_CHECK,
     R5_REACH,
     R5_SEED_RULE,
     R5_TRAINS,
+    SEEDS,
     TRAIN_ARGS,
     Arm,
     RevisionPlan,
-    extended_seeds,
 )
 from power import SeedDecision, budgeted_seeds
-from run_results import Archive
-from supporting_runs import ALL_ARMS_BY_NAME
+from run_results import Archive, long_archive
+from supporting_runs import ALL_ARMS, ALL_ARMS_BY_NAME
 
 from timm_ext.demo.runner import Job, Progress, read_summary, thread_env
 from timm_ext.demo.runner import run_jobs as run_processes
 from timm_ext.demo.train_runs import TrainRun, train_command
 
-__all__ = ['FAILED_FILE', 'MEASURE_SCRIPT', 'STOPPED_FILE', 'StudyJob', 'extended_jobs', 'extension_jobs', 'long_jobs',
-           'measured', 'pilot_decisions', 'plan_jobs', 'record_failed', 'record_stopped', 'revision_jobs', 'run_jobs',
-           'stopped_runs', 'train_args', 'trained', 'training', 'write_cpu']
+__all__ = ['FAILED_FILE', 'MEASURE_SCRIPT', 'STOPPED_FILE', 'StudyJob', 'claim_seeds_of', 'measured', 'pilot_decisions',
+           'plan_jobs', 'record_failed', 'record_stopped', 'regroup_jobs', 'revision_jobs', 'run_jobs', 'stopped_runs',
+           'study_jobs', 'train_args', 'trained', 'training', 'write_cpu']
 
 MEASURE_SCRIPT = Path(__file__).resolve().parent / 'measure_run.py'
 FAILED_FILE = 'timm_ext_failed.json'  # a run whose command failed: why, in its folder (record_failed)
@@ -133,27 +132,63 @@ def plan_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], timm_train:
     return jobs
 
 
-def extended_jobs(runs: Path, arms: Sequence[Arm], timm_train: Optional[str],
-                  archived: AbstractSet[Tuple[str, int]] = frozenset()) -> List[StudyJob]:
-    """Revision 3: each arm's extra seeds for the claims read at more seeds, seed by seed (the claims that need the
-    fewest seeds are complete first)."""
-    extra = sorted({seed for arm in arms for seed in extended_seeds(arm.name)})
-    return [job for seed in extra for job in plan_jobs(
-        runs, [a for a in arms if seed in extended_seeds(a.name)], [seed], timm_train, archived)]
+def _claim_arms(claim: Any) -> List[str]:
+    return [arm for side in (claim.a, claim.b) if side is not None
+            for arm in (side if isinstance(side, tuple) else (side,))]
 
 
-def extension_jobs(runs: Path, arms: Sequence[Arm], seeds: Sequence[int],
-                   timm_train: Optional[str]) -> List[StudyJob]:
-    """Revisions 2.4 and 3.1: a seed's group at twice the schedule, where one of its runs missed the rule."""
-    return [job for arm, seed in pending(runs, [a.name for a in arms], seeds)
+def claim_seeds_of(rev: RevisionPlan, arm: str, first: int = len(SEEDS)) -> Tuple[int, ...]:
+    """The seeds from ``first`` on that ``arm`` trains for ``rev``'s claims read at a fixed number of seeds (the most
+    any of them reads; revision 3's extra seeds)."""
+    n = max([n for key, n in rev.claim_seeds.items() if arm in _claim_arms(CLAIM_BY_KEY[key])], default=first)
+    return tuple(range(first, n))
+
+
+def revision_jobs(rev: RevisionPlan, runs: Path, timm_train: Optional[str], archive: Archive,
+                  only: Optional[AbstractSet[str]] = None) -> List[StudyJob]:
+    """What one revision of ``plan.PLANS`` still has to train, read from its data, seed by seed: its arms at its
+    seeds (the runs an earlier report holds read back, revision 3.1's runs among them where revision 4 reuses them);
+    the extra seeds of the claims it reads at a fixed number of seeds; or, for a revision with a seed rule, the check
+    before its pilot, its pilot, then the seeds its rule gives each claim. ``only`` limits it to some arms."""
+    archived = {*archive, *long_archive(archive)}
+    if rev.seed_rule:
+        if rev.seed_rule not in SEED_RULES:
+            raise ValueError(f'revision {rev.name} names the seed rule {rev.seed_rule!r}, which the planner does not '
+                             f'know: one of {", ".join(map(repr, SEED_RULES))}')
+        return SEED_RULES[rev.seed_rule](rev, runs, timm_train, archive, only)
+    chosen = [a for a in ALL_ARMS if only is None or a.name in only]
+    mine = [ALL_ARMS_BY_NAME[n] for n in rev.arms if only is None or n in only or n.rsplit('_x', 1)[0] in only]
+    jobs = plan_jobs(runs, mine, rev.seeds, timm_train, archived) if mine else []
+    if rev.claim_seeds:
+        extra = sorted({seed for a in chosen for seed in claim_seeds_of(rev, a.name)})
+        jobs += [job for seed in extra for job in plan_jobs(
+            runs, [a for a in chosen if seed in claim_seeds_of(rev, a.name)], [seed], timm_train, archived)]
+    return jobs
+
+
+def regroup_jobs(revs: Sequence[RevisionPlan], runs: Path, names: Sequence[str], seeds: Sequence[int],
+                 timm_train: Optional[str]) -> List[StudyJob]:
+    """The runs the regrouping rules of ``revs`` (2.4, 3.1) ask for next: a seed's group at twice the schedule, where
+    one of its runs missed the convergence rule (:func:`longer_schedules.pending`)."""
+    groups = [group for rev in revs for group in rev.regroup]
+    if not groups:
+        return []
+    return [job for arm, seed in pending(runs, names, seeds, [group[0] for group in groups])
             for job in plan_jobs(runs, [arm], [seed], timm_train)]
 
 
-def long_jobs(runs: Path, timm_train: Optional[str],
-              archived: AbstractSet[Tuple[str, int]] = frozenset()) -> List[StudyJob]:
-    """Revision 4: the ViT pair at twice its schedule for every seed of ``LONG_SEEDS``, seed by seed; what
-    ``archived`` holds (revision 3.1's pairs at ``LONG_REUSED``, read back) is not trained again."""
-    return plan_jobs(runs, LONG_ARMS, LONG_SEEDS, timm_train, archived)
+def study_jobs(revs: Sequence[RevisionPlan], runs: Path, arms: Sequence[Arm], seeds: Sequence[int],
+               timm_train: Optional[str], archive: Archive, only: Optional[AbstractSet[str]] = None) -> List[StudyJob]:
+    """The study's work in one plan: every arm of ``arms`` at ``seeds`` (the first revision's frame, its supporting
+    runs included), then each revision of ``revs`` in order (:func:`revision_jobs`, limited to ``only``), each run
+    once."""
+    out: Dict[str, StudyJob] = {}
+    for job in plan_jobs(runs, arms, seeds, timm_train, {*archive, *long_archive(archive)}):
+        out.setdefault(job.key, job)
+    for rev in revs:
+        for job in revision_jobs(rev, runs, timm_train, archive, only):
+            out.setdefault(job.key, job)
+    return list(out.values())
 
 
 def _pilot_run(runs: Path, arm: str, seed: int) -> Optional[Dict[str, Any]]:
@@ -199,19 +234,24 @@ def pilot_decisions(rev: RevisionPlan, runs: Path, archive: Archive) -> Optional
     return budgeted_seeds(pilot, claims, cpu, dropped, spent, R5_BUDGET_CPU_MIN, R5_REACH)
 
 
-def revision_jobs(rev: RevisionPlan, runs: Path, timm_train: Optional[str], archive: Archive) -> List[StudyJob]:
-    """The work of a revision whose arms are data (``plan.PLANS``), in order: the check before its pilot (revision 5),
-    its arms at its seeds, seed by seed; then, once that is done, the seeds its rule gives each claim read."""
-    arms = [ALL_ARMS_BY_NAME[name] for name in rev.arms]
-    jobs = plan_jobs(runs, [R5_CHECK[0]], [R5_CHECK[1]], timm_train) if rev.seed_rule == R5_SEED_RULE else []
+def _staged_jobs(rev: RevisionPlan, runs: Path, timm_train: Optional[str], archive: Archive,
+                 only: Optional[AbstractSet[str]]) -> List[StudyJob]:
+    """A revision with a seed rule (revision 5): the check before its pilot, its arms at its pilot seeds, seed by seed;
+    once that is done, the seeds its rule gives each claim it reads."""
+    arms = [ALL_ARMS_BY_NAME[name] for name in rev.arms if only is None or name in only]
+    jobs = plan_jobs(runs, [R5_CHECK[0]], [R5_CHECK[1]], timm_train)
     jobs += plan_jobs(runs, arms, rev.seeds, timm_train, set(archive))
-    if jobs or rev.seed_rule != R5_SEED_RULE:
+    if jobs:
         return jobs
     decisions = pilot_decisions(rev, runs, archive) or []
     more = {CLAIM_BY_KEY[d.key].b: d.n for d in decisions if d.status == 'read'}
     extra = sorted({s for n in more.values() for s in range(len(rev.seeds), n)})
     return [job for seed in extra for job in plan_jobs(
         runs, [a for a in arms if more.get(a.name, 0) > seed], [seed], timm_train, set(archive))]
+
+
+# the seed rules a revision may name (``RevisionPlan.seed_rule``) and the planner that follows each
+SEED_RULES = {R5_SEED_RULE: _staged_jobs}
 
 
 def write_cpu(run_dir: Path, cpu_s: Optional[float], lanes: int) -> None:

@@ -7,7 +7,7 @@ from _reproduction import claims, fake_runs, plan, run_results
 
 def test_claims_are_paired_differences_with_the_preregistered_verdicts(tmp_path):
     r = run_results.load_results(fake_runs(tmp_path / 'runs'), plan.ARMS, [0, 1, 2])
-    found = {c.claim.key: c for c in claims.evaluate(r)}
+    found = {c.claim.key: c for c in claims.read(r, plan.CLAIMS)}
     assert len(found) == len(plan.CLAIMS)
     top1 = found['sam_vit_top1']  # +2 points in every seed: interval [2, 2] > margin 1
     assert top1.diff.diffs == (2.0, 2.0, 2.0) and top1.label == 'reproduced' and top1.agree == 3
@@ -39,24 +39,24 @@ def test_unchanged_verdict_branches():
 def test_extended_claims_are_read_at_exactly_their_fixed_seeds(tmp_path):
     seeds = range(18)
     r = run_results.load_results(fake_runs(tmp_path / 'runs', seeds=seeds), plan.ARMS, list(seeds))
-    found = {c.claim.key: c for c in claims.evaluate_extended(r)}
+    found = {c.claim.key: c for c in claims.read_revision(plan.PLAN_BY_NAME['3'], r)}
     assert {k: c.n for k, c in found.items()} == plan.EXTENDED_SEEDS  # the 18 seeds there are not all read
     assert found['sam_vit_top1'].diff.diffs == (2.0,) * 16 and found['sam_vit_top1'].label == 'reproduced'
     short = {a: ms[:13] if a == 'resnet' else ms for a, ms in r.items()}
-    with pytest.raises(ValueError, match=r'claim sam_vit_gain_larger is read at 14 seeds \(plan revision 3\) but '
-                                         r'these arms have fewer: resnet \(13\); train them first'):
-        claims.evaluate_extended(short)
-    assert claims.evaluate_extended({'vit_cb': r['vit_cb']}) == []  # a study without the claims' arms
+    with pytest.raises(ValueError, match=r'claim sam_vit_gain_larger is read at seeds 0-13 \(plan revision 3\) but '
+                                         r'these arms have others: resnet \(\[0, 1, .*, 12\]\); train them first'):
+        claims.read_revision(plan.PLAN_BY_NAME['3'], short)
+    assert claims.read_revision(plan.PLAN_BY_NAME['3'], {'vit_cb': r['vit_cb']}) == []  # a study without its arms
 
 
 def test_each_claim_keeps_the_label_the_rule_before_revision_4_gave(tmp_path):
     r = run_results.load_results(fake_runs(tmp_path / 'runs'), plan.ARMS, [0, 1, 2])
     for m, gain in zip(r['vit_sam'], (0.3, 0.4, 0.5)):  # SAM above AdamW by 0.3-0.5 points: inside the 1-pt margin
         m['top1'] = r['vit'][m['seed']]['top1'] + gain
-    top1 = next(c for c in claims.evaluate(r) if c.claim.key == 'sam_vit_top1')
+    top1 = next(c for c in claims.read(r, plan.CLAIMS) if c.claim.key == 'sam_vit_top1')
     assert (top1.label, top1.before_revision_4) == ('smaller than claimed', 'reproduced')
     assert top1.verdict_text() == '**smaller than claimed** (by the rule before revision 4: reproduced)'
-    lam = next(c for c in claims.evaluate(r) if c.claim.key == 'sam_lambda_max')
+    lam = next(c for c in claims.read(r, plan.CLAIMS) if c.claim.key == 'sam_lambda_max')
     assert lam.old_label == '' and lam.verdict_text() == '**reproduced**'  # the same under both rules
 
 
@@ -68,9 +68,9 @@ def test_revision_4_reads_the_pair_at_exactly_its_16_seeds(tmp_path):
         for seed in plan.LONG_SEEDS:
             write_run(runs, arm, seed)
     r = run_results.load_results(runs, longer_schedules.LONG_ARMS, list(plan.LONG_SEEDS))
-    (long,) = claims.evaluate_long(r)
+    (long,) = claims.read_revision(plan.PLAN_BY_NAME['4'], r)
     assert long.claim is plan.LONG_CLAIM and long.n == 16 and long.diff.diffs == (2.0,) * 16
-    assert claims.evaluate_long({}) == []  # a study from before revision 4
+    assert claims.read_revision(plan.PLAN_BY_NAME['4'], {}) == []  # a study from before revision 4
     with pytest.raises(ValueError, match=r'^claim sam_vit_top1_120 is read at seeds 0-15 \(plan revision 4\) but '
-                                         r'vit_x2 has \[0, 1'):
-        claims.evaluate_long({a: ms[:15] for a, ms in r.items()})
+                                         r'these arms have others: vit_x2 \(\[0, 1'):
+        claims.read_revision(plan.PLAN_BY_NAME['4'], {a: ms[:15] for a, ms in r.items()})

@@ -66,8 +66,8 @@ def test_cells_and_headline_give_the_registered_reading_first_and_the_others_lab
 def test_section_gives_the_power_table_the_per_seed_values_and_the_new_runs(tmp_path):
     seeds = list(range(16))
     r = run_results.load_results(fake_runs(tmp_path / 'runs', seeds=seeds), plan.ARMS, seeds)
-    five = claims.evaluate({a: ms[:5] for a, ms in r.items()})
-    ext = {c.claim.key: c for c in claims.evaluate_extended(r)}
+    five = claims.read({a: ms[:5] for a, ms in r.items()}, plan.CLAIMS)
+    ext = {c.claim.key: c for c in claims.read_revision(plan.PLAN_BY_NAME['3'], r)}
     powers = {c.claim.key: power.claim_power(c.claim.key, [0.1, 0.2, -0.1, 0.3, 0.05], c.claim.margin,
                                              c.claim.direction) for c in five}
     lines = extended_report.extended_section(r, five, ext, powers, 'Revision 3 trained these runs.', ['![x](x.png)'])

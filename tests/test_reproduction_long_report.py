@@ -12,8 +12,8 @@ def test_section_names_the_reused_runs_the_misses_and_the_gain_from_60_to_120_ep
         m['top1'] += 1.5  # the plain ViT gains 1.5 points from 60 to 120 epochs, SAM nothing
     registered = run_results.load_results(runs, [plan.ARM_BY_NAME['vit'], plan.ARM_BY_NAME['vit_sam']],
                                           list(plan.LONG_SEEDS))
-    (long,) = claims.evaluate_long(r_long)
-    (unseen,) = claims.evaluate_long_unseen(r_long, {6})
+    (long,) = claims.read_revision(plan.PLAN_BY_NAME['4'], r_long)
+    (unseen,) = claims.read(r_long, [plan.LONG_CLAIM], without={6})
     lines = long_report.long_section(r_long, long, registered, None, ['vit_x2-s6', 'vit_sam_x2-s6'], unseen)
     text = '\n'.join(lines)
     assert lines[0] == f'## {long_report.LONG_TITLE}'

@@ -45,7 +45,8 @@ def test_archived_runs_are_not_trained_again_and_revision_3_goes_seed_by_seed(tm
     assert study_jobs.plan_jobs(runs, arms, list(plan.SEEDS), str(TRAIN_PY), archived) == []
     (runs / 'vit-s3').mkdir(parents=True)  # begun in the cache (an interrupted run): trained again, not read back
     assert [j.key for j in study_jobs.plan_jobs(runs, arms, list(plan.SEEDS), str(TRAIN_PY), archived)] == ['vit-s3']
-    jobs = study_jobs.extended_jobs(runs, arms, str(TRAIN_PY), archived)
+    rev3 = plan.PLAN_BY_NAME['3']
+    jobs = study_jobs.revision_jobs(rev3, runs, str(TRAIN_PY), {k: {} for k in archived}, {a.name for a in arms})
     # seeds 5-15 of the ViT pair (CB has no extended claim), seed by seed; vit-s5 is archived
     assert [j.key for j in jobs][:5] == ['vit_sam-s5', 'vit-s6', 'vit_sam-s6', 'vit-s7', 'vit_sam-s7']
     assert len(jobs) == 2 * 11 - 1 and jobs[-1].key == 'vit_sam-s15' and all(j.trains for j in jobs)
@@ -55,7 +56,7 @@ def test_revision_4_trains_the_pair_at_120_epochs_for_every_seed_but_the_reused_
     require_timm_script(TRAIN_PY)
     monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
     reused = {(a.name, s) for a in longer_schedules.LONG_ARMS for s in plan.LONG_REUSED}
-    jobs = study_jobs.long_jobs(tmp_path / 'runs', str(TRAIN_PY), reused)
+    jobs = study_jobs.revision_jobs(plan.PLAN_BY_NAME['4'], tmp_path / 'runs', str(TRAIN_PY), {k: {} for k in reused})
     assert len(jobs) == 26 and [j.key for j in jobs][:3] == ['vit_x2-s0', 'vit_sam_x2-s0', 'vit_x2-s1']
     assert not any(j.seed in plan.LONG_REUSED for j in jobs) and all(j.trains for j in jobs)
     argv = jobs[1].commands[0]
@@ -169,3 +170,21 @@ def test_revision_5_goes_from_its_check_and_pilot_to_the_seeds_its_rule_gives(tm
     more = {plan.CLAIM_BY_KEY[d.key].b: d.n for d in read}
     assert sorted(j.key for j in jobs) == sorted(f'{a}-s{s}' for a, n in more.items() for s in range(3, n))
     assert [j.seed for j in jobs] == sorted(j.seed for j in jobs)  # seed by seed
+
+
+def test_one_planner_serves_every_revision_from_its_data_each_run_once(tmp_path, monkeypatch):
+    require_timm_script(TRAIN_PY)
+    monkeypatch.setenv('TIMM_EXT_CACHE', str(tmp_path / 'cache'))
+    runs, arms = tmp_path / 'runs', [plan.ARM_BY_NAME[n] for n in ('vit', 'vit_sam')]
+    jobs = study_jobs.study_jobs(plan.PLANS, runs, arms, plan.SEEDS, str(TRAIN_PY), {}, {'vit', 'vit_sam'})
+    keys = [j.key for j in jobs]
+    assert len(keys) == len(set(keys))  # revisions 2 and 2.1 both name the ViT pair at seeds 0-4: planned once
+    assert keys[:10] == [f'{a}-s{s}' for s in plan.SEEDS for a in ('vit', 'vit_sam')]
+    assert 'vit_sam-s15' in keys and 'vit_x2-s0' in keys and 'vit_sam_x2-s15' in keys  # revisions 3 and 4
+    assert not any(k.startswith('vit_esam') for k in keys)  # revision 5's arms are not among those chosen
+    every = study_jobs.study_jobs(plan.PLANS, runs, arms, plan.SEEDS, str(TRAIN_PY), {})
+    assert 'vit_x2_check-s0' in [j.key for j in every] and 'vit_bsam_x2-s2' in [j.key for j in every]
+    unknown = plan.RevisionPlan('9', 'Revision 9 (a test)', seed_rule='guess')
+    with pytest.raises(ValueError, match="seed rule 'guess', which the planner does not know"):
+        study_jobs.revision_jobs(unknown, runs, str(TRAIN_PY), {})
+    assert study_jobs.regroup_jobs(plan.PLANS, runs, ['vit'], plan.SEEDS, str(TRAIN_PY)) == []  # nothing measured
