@@ -11,12 +11,14 @@ import os
 import statistics
 import subprocess
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from claims import ClaimResult, read, read_revision
 from convergence_text import DOUBLED, converged_cell, doubling_text, judged, rule_count, rule_text
+from cost_gain import cost_gain_section, load_revision
 from extended_report import extended_cell, extended_section, headline, powers
 from figures import STEM_LRS, draw_extended, draw_plots
 from long_report import LONG_TITLE, long_section
@@ -30,6 +32,10 @@ from plan import (
     LONG_SEEDS,
     PLAN_BY_NAME,
     PLANS,
+    R5_ADAMW,
+    R5_ARMS,
+    R5_CHECK,
+    R5_SAM,
     SAM_RHO,
     VIT_EPOCHS,
     Arm,
@@ -60,12 +66,14 @@ from run_results import (
     unique_runs,
 )
 from run_times import cpu_of, spend
+from study_jobs import stopped_runs
 from why_failed import why_paragraphs
 
 from timm_ext.analysis.stats import VERDICT_RULE, format_difference, paired_difference
 from timm_ext.machine import cpu_name
 
 FIGS = 'reproduction'
+FAILED_KEY, STOPPED_KEY = 'failed_runs', 'stopped_runs'  # measurements.json: every run that failed or was stopped
 REVISIONS_TITLE = 'Revisions, and what each had seen'
 PLAN_FILE = 'reproduction/plan.py'  # the pre-registration, from the repository's root
 VALIDATION_IMAGES = 359  # the digits' validation split (1,797 images, 20 %): one image is 100 / 359 points of top-1
@@ -307,7 +315,7 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
                 sensitivity: Sequence[ClaimResult] = (), long: Optional[ClaimResult] = None,
                 r_long: Optional[Results] = None, r_final: Optional[Results] = None,
                 again_24: Sequence[ClaimResult] = (), long_unseen: Optional[ClaimResult] = None,
-                earlier: Optional[Results] = None) -> str:
+                earlier: Optional[Results] = None, sections: Sequence[str] = ()) -> str:
     """The report. ``r``: seeds 0-4, every run at its first schedule (the first readings, ``claims``); ``r_final``:
     the same with revision 2.4's runs at twice the schedule in place (``again_24``, its sensitivity readings);
     ``extended``: revision 3's claims as registered (every run at its first schedule); ``sensitivity``: revision
@@ -383,6 +391,7 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
           if extended else []),
         *(long_section(r_long, long, first_schedules(r_ext or {}), ext.get('sam_vit_top1'), reused, long_unseen)
           if long is not None and r_long else []),
+        *sections,
         '## Accuracy of every run', '', *accuracy_table(r, [a for a in arms if a.name in main]), '',
         *not_converged(r, r_final, [a for a in arms if a.name in main]),
         *(['Supporting runs (`reproduction/supporting_runs.py`; no verdicts): v2\'s 30-epoch schedules of the ViTs '
@@ -407,12 +416,14 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
 
 def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Path, command: str, wall_s: float,
                  trained: int = 0, load: Optional[Tuple[float, float]] = None, archive: Optional[Archive] = None,
-                 extended: bool = False, earlier: Optional[Results] = None, revision: str = PLANS[-1].name) -> Path:
+                 extended: bool = False, earlier: Optional[Results] = None, revision: str = PLANS[-1].name,
+                 earlier_records: Optional[Dict[str, Any]] = None) -> Path:
     """docs/reproduction.md, its plots and measurements.json from the cached runs in ``runs`` (and the runs of
     ``archive`` that the cache does not hold); ``extended`` adds revision 3's claims at more seeds and revision 4's
     pair at 120 epochs; ``earlier`` (runs of withdrawn arms, an earlier measurements.json's ``earlier_runs``) is kept
     in measurements.json and listed, read by no claim; ``revision`` is the plan's revision the report is as of (the
-    study's runs up to it), which measurements.json records."""
+    study's runs up to it), which measurements.json records; ``earlier_records`` the failed and stopped runs an
+    earlier measurements.json kept (``failed_runs``, ``stopped_runs``)."""
     r_final = load_results(runs, arms, seeds, archive)
     # every run at its first schedule first (revision 2.4's runs at twice the schedule read seeds again after one of
     # them had missed the rule: its reading stands beside, issue 57)
@@ -436,12 +447,35 @@ def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Pa
     figs = (draw_plots(r, claims, docs / FIGS, {a.name: a.label for a in arms})
             + draw_extended(claims, ext, docs / FIGS, sensitivity, long))
     power = powers(claims) if ext else {}
-    every = {**r_final, **r_ext, **r_long}
+    rev5 = PLAN_BY_NAME['5']
+    later = {rev.name for rev in PLANS[:[p.name for p in PLANS].index(revision) + 1]}
+    r5, failed5, decisions5, read5, section5 = {}, {}, [], {}, []
+    stopped = [*(earlier_records or {}).get(STOPPED_KEY, []), *stopped_runs(runs)]
+    if extended and r_long and '5' in later:  # revision 5: the SAM family against revision 4's pair
+        failed_archived = (earlier_records or {}).get(FAILED_KEY, {})
+        pair = {n: r_long[n] for n in (R5_ADAMW, R5_SAM)}
+        r5, failed5, decisions5, read5 = load_revision(rev5, runs, archive, pair, failed_archived)
+        cost_file = docs / FIGS / 'step_cost.json'
+        record = next((x for x in REVISIONS if x.name == '5'), None)
+        labels = {**{a.name: a.label for a in (*LONG_ARMS, *R5_ARMS)}, R5_ADAMW: 'ViT + AdamW', R5_SAM: 'ViT + SAM'}
+        section5 = cost_gain_section(rev5, r5, r_long[R5_ADAMW], r_long[R5_SAM], labels, decisions5, read5,
+                                     json.loads(cost_file.read_text()) if cost_file.is_file() else None, failed5,
+                                     stopped, label(record) if record else ('not established', 'not yet in the '
+                                     'record of registration.py'), docs / FIGS, FIGS)
+    every = {**r_final, **r_ext, **r_long, **r5}
     (docs / FIGS / 'measurements.json').write_text(json.dumps(dict(
         revision=revision, seeds=list(seeds), arms={a.name: dict(model=a.model, model_kwargs=a.model_kwargs, opt=a.opt,
                                               opt_kwargs=a.opt_kwargs, lr=a.lr, fraction=a.fraction,
                                               epochs=a.epochs, seeds=list(seeds_of.get(a.name, seeds)))
                                  for a in (*arms, *(LONG_ARMS if r_long else ()))},
+        **({'revision_5': dict(decisions=[asdict(d) for d in decisions5],
+                               claims={k: dict(_claim_json(c), margin=c.claim.margin, direction=c.claim.direction)
+                                       for k, c in read5.items()},
+                               arms={a.name: dict(opt=a.opt, opt_kwargs=a.opt_kwargs, lr=a.lr,
+                                                  weight_decay=a.weight_decay, epochs=a.epochs,
+                                                  seeds=[m['seed'] for m in r5.get(a.name, [])])
+                                     for a in (R5_CHECK[0], *R5_ARMS)})} if decisions5 else {}),
+        **({FAILED_KEY: failed5} if failed5 else {}), **({STOPPED_KEY: stopped} if stopped else {}),
         claims={c.claim.key: dict(_claim_json(c), margin=c.claim.margin, direction=c.claim.direction)
                 for c in claims},
         sensitivity_claims_revision_2_4={c.claim.key: _claim_json(c) for c in again_24},
@@ -459,7 +493,8 @@ def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Pa
                                 why=why_paragraphs(r, {c.claim.key: c for c in claims}), extended=ext,
                                 r_ext=r_ext, archived=bool(archive), sensitivity=sensitivity,
                                 long=long[0] if long else None, r_long=r_long, r_final=r_final, again_24=again_24,
-                                long_unseen=long_unseen[0] if long_unseen else None, earlier=earlier))
+                                long_unseen=long_unseen[0] if long_unseen else None, earlier=earlier,
+                                sections=section5))
     return path
 
 

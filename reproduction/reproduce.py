@@ -17,6 +17,7 @@ runs; ``supporting_runs.py`` adds the supporting runs that explain failed claims
 :mod:`timm_ext.analysis.stats`.
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -215,14 +216,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                f'{" ..." if len(more) > 6 else ""}; ETA {_eta_minutes(more, args.jobs):.0f} min')
         to_train += sum(1 for j in more if j.trains)
         run_jobs(more, runs, args.jobs)
-    from report import write_report
+    from report import FAILED_KEY, STOPPED_KEY, write_report
 
     command = 'python reproduction/reproduce.py ' + ' '.join(_public_argv(list(argv if argv is not None
                                                                                 else sys.argv[1:])))
     earlier = load_earlier_runs(archive_path) if archive else {}  # withdrawn arms' runs: kept, read by no claim
+    records = {k: v for k, v in json.loads(archive_path.read_text()).items() if k in (FAILED_KEY, STOPPED_KEY)} \
+        if archive else {}  # the failed and stopped runs it kept
     path = write_report(runs, arms, seeds, Path(args.docs), command.strip(), wall_s=time.perf_counter() - start,
                         trained=to_train, load=(load_before, os.getloadavg()[1]), archive=archive,
-                        extended=extended, earlier=earlier, revision=args.revision)
+                        extended=extended, earlier=earlier, revision=args.revision, earlier_records=records)
     print(f'report: {path} ({time.perf_counter() - start:.0f} s in all)')
     return 0
 

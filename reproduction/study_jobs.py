@@ -39,9 +39,9 @@ from timm_ext.demo.runner import Job, Progress, read_summary, thread_env
 from timm_ext.demo.runner import run_jobs as run_processes
 from timm_ext.demo.train_runs import TrainRun, train_command
 
-__all__ = ['FAILED_FILE', 'MEASURE_SCRIPT', 'STOPPED_FILE', 'StudyJob', 'claim_seeds_of', 'measured', 'pilot_decisions',
-           'plan_jobs', 'record_failed', 'record_stopped', 'regroup_jobs', 'revision_jobs', 'run_jobs', 'stopped_runs',
-           'study_jobs', 'train_args', 'trained', 'training', 'write_cpu']
+__all__ = ['FAILED_FILE', 'MEASURE_SCRIPT', 'STOPPED_FILE', 'StudyJob', 'claim_seeds_of', 'decide', 'measured',
+           'pilot_decisions', 'plan_jobs', 'record_failed', 'record_stopped', 'regroup_jobs', 'revision_jobs',
+           'run_jobs', 'stopped_runs', 'study_jobs', 'train_args', 'trained', 'training', 'write_cpu']
 
 MEASURE_SCRIPT = Path(__file__).resolve().parent / 'measure_run.py'
 FAILED_FILE = 'timm_ext_failed.json'  # a run whose command failed: why, in its folder (record_failed)
@@ -204,15 +204,21 @@ def _pilot_run(runs: Path, arm: str, seed: int) -> Optional[Dict[str, Any]]:
 
 
 def pilot_decisions(rev: RevisionPlan, runs: Path, archive: Archive) -> Optional[List[SeedDecision]]:
-    """The seeds each claim of ``rev`` gets from its pilot (revision 5's rule, ``plan.R5_SEED_RULE``, through
-    :func:`power.budgeted_seeds`), once every pilot run is done (measured, or recorded as failed); None before. The
-    pilot's differences are each arm's top-1 minus SAM's (the reused runs, read back) at the same seed; an arm with a
-    failed pilot run or one below ``R5_TRAINS`` is dropped; the CPU already spent is the check's and the pilot's."""
+    """The seeds each claim of ``rev`` gets from its pilot in the cache ``runs`` (:func:`decide`), once every pilot
+    run is done (measured, or recorded as failed); None before."""
     check_arm, check_seed = R5_CHECK
-    done = {(a, s): _pilot_run(runs, a, s) for a in rev.arms for s in rev.seeds}
-    check = _pilot_run(runs, check_arm.name, check_seed)
-    if check is None or any(v is None for v in done.values()):
+    done = {(a, s): _pilot_run(runs, a, s) for a in (*rev.arms, check_arm.name)
+            for s in (rev.seeds if a != check_arm.name else (check_seed,))}
+    if any(v is None for v in done.values()):
         return None
+    return decide(rev, done, archive)
+
+
+def decide(rev: RevisionPlan, done: Dict[Tuple[str, int], Dict[str, Any]], archive: Archive) -> List[SeedDecision]:
+    """Revision 5's rule (``plan.R5_SEED_RULE``, through :func:`power.budgeted_seeds`) on its finished pilot: ``done``
+    holds each pilot run's (and the check's) ``top1``, ``cpu_s`` and ``failed`` (why, or None) by (arm, seed). The
+    differences are each arm's top-1 minus SAM's (the reused runs, read back) at the same seed; an arm with a failed
+    pilot run or one below ``R5_TRAINS`` is dropped; the CPU already spent is the check's and the pilot's."""
     pilot, dropped, cpu, claims = {}, {}, {}, {}
     for key in rev.claims:
         claim = CLAIM_BY_KEY[key]
@@ -230,7 +236,7 @@ def pilot_decisions(rev: RevisionPlan, runs: Path, archive: Archive) -> Optional
         pilot.setdefault(key, [0.0])
         cpu[key] = statistics.fmean((r['cpu_s'] or 0.0) / 60 for r in runs_of)
         claims[key] = (claim.margin, claim.direction)
-    spent = sum((r['cpu_s'] or 0.0) / 60 for r in (*done.values(), check))
+    spent = sum((r['cpu_s'] or 0.0) / 60 for r in done.values())
     return budgeted_seeds(pilot, claims, cpu, dropped, spent, R5_BUDGET_CPU_MIN, R5_REACH)
 
 

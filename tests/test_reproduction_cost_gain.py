@@ -1,0 +1,86 @@
+"""reproduction/cost_gain.py: revision 5 read back (its pilot, the rule's seeds, failed runs), gain and share against
+the reused pair, the Pareto front, and the section's table and plot."""
+import json
+
+import pytest
+from _reproduction import fake_run, plan, supporting_runs, write_run
+
+cost_gain = pytest.importorskip('cost_gain')
+
+
+def _pair(gain_sam=1.0):
+    adamw = [dict(fake_run(supporting_runs.ALL_ARMS_BY_NAME['vit_x2'], s), top1=97.0) for s in plan.LONG_SEEDS]
+    sam = [dict(fake_run(supporting_runs.ALL_ARMS_BY_NAME['vit_sam_x2'], s), top1=97.0 + gain_sam)
+           for s in plan.LONG_SEEDS]
+    return {plan.R5_ADAMW: adamw, plan.R5_SAM: sam}
+
+
+def _run(runs, arm, seed, top1, cpu_s=600.0):
+    d = write_run(runs, arm, seed)
+    m = json.loads((d / 'timm_ext_measurements.json').read_text())
+    m['top1'] = top1
+    (d / 'timm_ext_measurements.json').write_text(json.dumps(m))
+    (d / plan.CPU_FILE).write_text(json.dumps(dict(cpu_s=cpu_s, lanes=2, cores=2)))
+
+
+def test_gain_share_and_the_pareto_front():
+    pair = _pair()
+    arm = [dict(seed=s, top1=97.5 + 0.1 * s) for s in (0, 1, 2)]
+    g = cost_gain.gain(arm, pair[plan.R5_ADAMW])
+    assert g.n == 3 and g.mean == pytest.approx(0.6)
+    assert cost_gain.share(arm, pair[plan.R5_ADAMW], pair[plan.R5_SAM]) == pytest.approx(0.6)
+    pts = [('a', 1.0, 0.0, -1, 1, True), ('b', 1.1, 0.5, 0, 1, True), ('c', 2.0, 0.4, 0, 1, True),
+           ('d', 2.0, 0.9, 0, 1, False)]
+    assert cost_gain.pareto(pts) == ['a', 'b', 'd']  # c costs as much as d and gains less
+
+
+def test_revision_5_is_read_back_at_the_seeds_its_rule_gives_failed_runs_named(tmp_path):
+    rev, runs = plan.PLAN_BY_NAME['5'], tmp_path / 'runs'
+    pair = _pair()
+    arms = {a.name: a for a in plan.R5_ARMS}
+    _run(runs, plan.R5_CHECK[0], 0, 97.0)
+    for i, name in enumerate(rev.arms):
+        for seed in rev.seeds:
+            if name == 'vit_bsam_x2' and seed == 1:
+                continue  # failed: recorded below, never read
+            _run(runs, arms[name], seed, 98.0 + 0.28 * ((seed + i) % 3 - 1))
+    failed = {'vit_bsam_x2-s1': dict(why='exit code 1: loss is nan', cpu_s=30.0)}
+    r, failed_out, decisions, read = cost_gain.load_revision(rev, runs, None, pair, failed)
+    by = {d.key: d for d in decisions}
+    assert by['r5_bsam'].status == 'dropped' and 'seed 1: exit code 1: loss is nan' in by['r5_bsam'].why
+    assert failed_out == failed and 'vit_bsam_x2' in r and [m['seed'] for m in r['vit_bsam_x2']] == [0, 2]
+    # the claims the rule reads need their extra seeds: not trained here, so none is read yet, and none is read short
+    assert read == {} and any(d.status == 'read' for d in decisions)
+    first = next(d for d in decisions if d.status == 'read')
+    arm = arms[plan.CLAIM_BY_KEY[first.key].b]
+    for seed in range(3, first.n):
+        _run(runs, arm, seed, 98.0)
+    r, _, decisions, read = cost_gain.load_revision(rev, runs, None, pair, failed)
+    assert list(read) == [first.key] and read[first.key].n == first.n == len(r[arm.name])
+    assert read[first.key].claim.a == plan.R5_SAM  # against SAM, paired by seed
+
+
+def test_the_section_tabulates_every_arm_and_draws_the_plot(tmp_path):
+    rev, runs = plan.PLAN_BY_NAME['5'], tmp_path / 'runs'
+    pair = _pair()
+    arms = {a.name: a for a in plan.R5_ARMS}
+    _run(runs, plan.R5_CHECK[0], 0, 97.0)
+    for i, name in enumerate(rev.arms):
+        for seed in rev.seeds:
+            _run(runs, arms[name], seed, 97.5 + 0.28 * ((seed + i) % 3))
+    r, failed, decisions, read = cost_gain.load_revision(rev, runs, None, pair, {})
+    labels = {**{a.name: a.label for a in plan.R5_ARMS}, plan.R5_ADAMW: 'ViT + AdamW', plan.R5_SAM: 'ViT + SAM'}
+    cost = dict(rows=[dict(arm=n, passes=1.0, ratio=1.0 + 0.1 * i, ratio_cpu=1.0)
+                      for i, n in enumerate((plan.R5_ADAMW, plan.R5_SAM, *rev.arms))])
+    stopped = [dict(run='vit_esam_x2-s0', epochs=40, last_written='2026-12-02 14:00:00', why='stopped')]
+    lines = cost_gain.cost_gain_section(rev, r, pair[plan.R5_ADAMW], pair[plan.R5_SAM], labels, decisions, read,
+                                        cost, {}, stopped, ('registered', 'why'), tmp_path / 'figs', 'figs')
+    text = '\n'.join(lines)
+    assert lines[0] == f'## {cost_gain.TITLE}' and '**registered** (why)' in text
+    table = [x for x in lines if x.startswith('| ViT + ')]
+    assert len(table) == 2 + 12 and table[0].startswith('| ViT + AdamW | 1.00 | 1.00; 1.00 | 16 |')
+    assert all('out of reach: ' in row or 'dropped: ' in row for row in table[2:])  # no claim read at 3 seeds
+    assert 'the reused runs are what this machine trains' not in text  # the check's curve differs from the reused one
+    assert 'each pair below spans two machines' in text
+    assert (tmp_path / 'figs' / 'cost_gain.png').is_file() and 'On the Pareto front' in text
+    assert 'vit_esam_x2-s0 after 40 epochs (2026-12-02 14:00:00 UTC)' in text
