@@ -189,7 +189,7 @@ def load_revision(rev: RevisionPlan, runs: Path, archive: Any, pair: Results, fa
                   ) -> Tuple[Results, Dict[str, Dict[str, Any]], List[SeedDecision], Dict[str, ClaimResult]]:
     """A revision with a seed rule, read back: its runs (the cache first, then ``archive``) at the seeds its rule gave
     each arm, the failed runs (the cache's records, then ``failed_archived``), the rule's decisions on its pilot and
-    each read claim. ``pair`` holds the reused AdamW and SAM runs by arm."""
+    each read claim. ``pair`` holds the reused AdamW and SAM runs by arm. Nothing is read before its pilot is done."""
     import json
 
     from claims import read
@@ -204,8 +204,13 @@ def load_revision(rev: RevisionPlan, runs: Path, archive: Any, pair: Results, fa
             if (folder / FAILED_FILE).is_file() and folder.name.rsplit('-s', 1)[0] == name:
                 failed[folder.name] = json.loads((folder / FAILED_FILE).read_text())
     arms = [check_arm, *(ALL_ARMS_BY_NAME[n] for n in rev.arms)]
-    pilot = {a.name: [s for s in ((check_seed,) if a is check_arm else rev.seeds) if f'{a.name}-s{s}' not in failed]
-             for a in arms}
+
+    def ran(name: str, seed: int) -> bool:  # what has run: a claim is read only once all of its seeds have
+        return f'{name}-s{seed}' not in failed and (in_cache(runs, name, seed) or (name, seed) in (archive or {}))
+
+    pilot = {a.name: [s for s in ((check_seed,) if a is check_arm else rev.seeds) if ran(a.name, s)] for a in arms}
+    if sum(map(len, pilot.values())) + len(failed) < 1 + len(rev.arms) * len(rev.seeds):
+        return {}, failed, [], {}  # its pilot is not done: nothing to read yet
     r = load_results(runs, arms, rev.seeds, archive, pilot)
     done: Dict[Tuple[str, int], Dict[str, Any]] = {}
     for name, ms in r.items():
@@ -217,9 +222,6 @@ def load_revision(rev: RevisionPlan, runs: Path, archive: Any, pair: Results, fa
     reference = {(name, m['seed']): m for name, ms in pair.items() for m in ms}
     decisions = decide(rev, done, reference)
     n_of = {CLAIM_BY_KEY[d.key].b: d.n for d in decisions if d.status == 'read'}
-    def ran(name: str, seed: int) -> bool:  # what has run: a claim is read only once all of its seeds have
-        return f'{name}-s{seed}' not in failed and (in_cache(runs, name, seed) or (name, seed) in (archive or {}))
-
     seeds_of = {a.name: [s for s in (range(n_of[a.name]) if a.name in n_of else pilot[a.name]) if ran(a.name, s)]
                 for a in arms}
     r = load_results(runs, arms, rev.seeds, archive, seeds_of)

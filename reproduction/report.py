@@ -455,6 +455,7 @@ def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Pa
         failed_archived = (earlier_records or {}).get(FAILED_KEY, {})
         pair = {n: r_long[n] for n in (R5_ADAMW, R5_SAM)}
         r5, failed5, decisions5, read5 = load_revision(rev5, runs, archive, pair, failed_archived)
+    if decisions5:
         cost_file = docs / FIGS / 'step_cost.json'
         record = next((x for x in REVISIONS if x.name == '5'), None)
         labels = {**{a.name: a.label for a in (*LONG_ARMS, *R5_ARMS)}, R5_ADAMW: 'ViT + AdamW', R5_SAM: 'ViT + SAM'}
