@@ -98,12 +98,12 @@ def _claim_cell(d: SeedDecision, c: Optional[ClaimResult]) -> str:
 def cost_gain_section(rev: RevisionPlan, r: Results, adamw: Sequence[Dict[str, Any]], sam: Sequence[Dict[str, Any]],
                       labels: Dict[str, str], decisions: Sequence[SeedDecision], read: Dict[str, ClaimResult],
                       step_cost: Optional[Dict[str, Any]], failed: Dict[str, Dict[str, Any]],
-                      stopped: Sequence[Dict[str, Any]], status: Tuple[str, str], fig_dir: Path,
+                      stopped: Sequence[Dict[str, Any]], status: Tuple[str, ...], fig_dir: Path,
                       fig_link: str) -> List[str]:
     """The section: ``r`` holds the revision's arms' runs at their seeds (and the check's), ``adamw`` and ``sam`` the
     reused pair, ``decisions`` the rule's, ``read`` each read claim by key, ``step_cost`` what step_cost.py saved,
-    ``failed`` and ``stopped`` every run that failed or was stopped, ``status`` the registration label and why;
-    the plot goes to ``fig_dir``, linked as ``fig_link``."""
+    ``failed`` and ``stopped`` every run that failed or was stopped, ``status`` the registration label, why and the
+    record's note; the plot goes to ``fig_dir``, linked as ``fig_link``."""
     by_arm = {CLAIM_BY_KEY[d.key].b: d for d in decisions}
     cost = {row['arm']: row for row in (step_cost or {}).get('rows', [])}
     check_arm, check_seed = R5_CHECK
@@ -114,7 +114,8 @@ def cost_gain_section(rev: RevisionPlan, r: Results, adamw: Sequence[Dict[str, A
              'itself, on revision 4\'s ViT, data and settings at its 120 epochs, each at the settings its paper gives '
              '(or the nearest documented ones; `reproduction/plan.py`, `R5_ARMS`), and reads each against revision '
              f'4\'s AdamW and SAM runs, reused as they are, paired by seed. By the standard of [the revisions\' table]'
-             f'(#revisions-and-what-each-had-seen) it is **{status[0]}** ({status[1]}). Its claims, margins, its pilot '
+             f'(#revisions-and-what-each-had-seen) it is **{status[0]}** ({status[1]}'
+             + (f'; {status[2]}' if len(status) > 2 and status[2] else '') + '). Its claims, margins, its pilot '
              '(seeds 0-2 of every arm), the power rule that fixed each claim\'s seeds from the pilot alone and the '
              f'CPU budget ({R5_BUDGET_CPU_MIN:.0f} CPU-minutes, spent in the plan\'s order, the cheap variants first) '
              'were committed before its first run.', '']

@@ -461,8 +461,9 @@ def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Pa
         labels = {**{a.name: a.label for a in (*LONG_ARMS, *R5_ARMS)}, R5_ADAMW: 'ViT + AdamW', R5_SAM: 'ViT + SAM'}
         section5 = cost_gain_section(rev5, r5, r_long[R5_ADAMW], r_long[R5_SAM], labels, decisions5, read5,
                                      json.loads(cost_file.read_text()) if cost_file.is_file() else None, failed5,
-                                     stopped, label(record) if record else ('not established', 'not yet in the '
-                                     'record of registration.py'), docs / FIGS, FIGS)
+                                     stopped, (*label(record), record.note) if record else (
+                                         'not established', 'not yet in the record of registration.py'),
+                                     docs / FIGS, FIGS)
     every = {**r_final, **r_ext, **r_long, **r5}
     (docs / FIGS / 'measurements.json').write_text(json.dumps(dict(
         revision=revision, seeds=list(seeds), arms={a.name: dict(model=a.model, model_kwargs=a.model_kwargs, opt=a.opt,
