@@ -21,7 +21,11 @@ def test_the_study_s_revisions_get_one_label_each_by_the_same_standard():
     labels = {rev.name: registration.label(rev)[0] for rev in registration.REVISIONS}
     # 2.4 and 3.1 each read again runs they had seen miss the rule: the same label (issue 57)
     assert labels == {'2': 'not established', '2.1': 'post hoc', '2.2': 'post hoc', '2.3': 'post hoc',
-                      '2.4': 'post hoc', '3': 'registered', '3.1': 'post hoc', '4': 'post hoc'}
+                      '2.4': 'post hoc', '3': 'registered', '3.1': 'post hoc', '4': 'post hoc', '5': 'registered'}
+    # revision 5 was committed 9 s before its first run; it reads revision 4's runs again by a rule written first,
+    # as revision 3 read seeds 0-4, and its note says so
+    rev5 = next(r for r in registration.REVISIONS if r.name == '5')
+    assert rev5.committed < rev5.first_run and 'reads revision 4\'s 32 published runs again' in rev5.note
     rev4 = next(r for r in registration.REVISIONS if r.name == '4')
     assert '6 of the 32 runs it reads' in registration.label(rev4)[1] and rev4.runs == 26
     rows = registration.revisions_table()
