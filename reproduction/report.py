@@ -19,9 +19,7 @@ import torch
 from claims import ClaimResult, read, read_revision
 from convergence_text import DOUBLED, converged_cell, doubling_text, judged, rule_count, rule_text
 from cost_gain import cost_gain_section, load_revision
-from extended_report import extended_cell, extended_section, headline, powers
 from figures import STEM_LRS, draw_extended, draw_plots
-from long_report import LONG_TITLE, long_section
 from longer_schedules import LONG_ARMS
 from plan import (
     ARMS,
@@ -41,6 +39,7 @@ from plan import (
     Arm,
     extended_seeds,
 )
+from readings import extended_cell, headline, powers
 from registration import REVISIONS, STANDARD, label, revisions_table
 from report_tables import (
     accuracy_table,
@@ -66,6 +65,7 @@ from run_results import (
     unique_runs,
 )
 from run_times import cpu_of, spend
+from sections import ONE_SCHEDULE_TITLE, revision_sections
 from study_jobs import stopped_runs
 from why_failed import why_paragraphs
 
@@ -315,12 +315,15 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
                 sensitivity: Sequence[ClaimResult] = (), long: Optional[ClaimResult] = None,
                 r_long: Optional[Results] = None, r_final: Optional[Results] = None,
                 again_24: Sequence[ClaimResult] = (), long_unseen: Optional[ClaimResult] = None,
-                earlier: Optional[Results] = None, sections: Sequence[str] = ()) -> str:
+                earlier: Optional[Results] = None, sections: Sequence[str] = (),
+                revisions: Sequence[str] = ()) -> str:
     """The report. ``r``: seeds 0-4, every run at its first schedule (the first readings, ``claims``); ``r_final``:
     the same with revision 2.4's runs at twice the schedule in place (``again_24``, its sensitivity readings);
     ``extended``: revision 3's claims as registered (every run at its first schedule); ``sensitivity``: revision
     3.1's reading of them; ``long``, ``long_unseen`` and ``r_long``: revision 4's pair at 120 epochs, read at every
-    seed and at the seeds it had not seen; ``earlier``: runs of withdrawn arms, read by no claim."""
+    seed and at the seeds it had not seen; ``earlier``: runs of withdrawn arms, read by no claim; ``revisions``: the
+    plan's revisions the report is as of, each with a section of its own where it has one (``sections.SECTIONS``;
+    ``sections``: revision 5's lines)."""
     r_final = r_final if r_final is not None else r
     labels = {a.name: a.label for a in arms}
     ext = {c.claim.key: c for c in extended}
@@ -346,7 +349,8 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
            'as registered ([below](#more-seeds-where-more-seeds-can-settle-a-claim-revision-3))' if extended else '')
         + ('; the sensitivity column gives the readings of revisions written after a run they read again had '
            'missed the rule (2.4, 3.1)' if sens_cells else '')
-        + (f'; revision 4\'s pair at 120 epochs has [a section of its own](#{_anchor(LONG_TITLE)})' if long else '')
+        + (f'; revision 4\'s pair at 120 epochs has [a section of its own](#{_anchor(ONE_SCHEDULE_TITLE)})'
+           if long else '')
         + '. The last two columns are the verdicts of v2 (every arm 30 epochs, 5 seeds, the same '
         'rule) and of v1 (6 epochs, 3 seeds, "holds in every seed").',
         '', *claims_table(claims, {c.claim.key: extended_cell(c.claim.key, c, ext, power) for c in claims}
@@ -385,13 +389,10 @@ def report_text(r: Results, arms: Sequence[Arm], seeds: Sequence[int], claims: L
         'came from the cache' + (' or were read back from the earlier report\'s measurements.json' if archived else '')
         + ')' + (f'; 5-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end.' if load else '.')
         + _timing_text(r_all), '',
-        *(extended_section({**r, **(r_ext or {})}, claims, ext, power, _revision_time(r_ext or {}, seeds),
-                           [f'![each claim at 5 seeds and at its revision-3 seeds]({FIGS}/extended_claims.png)']
-                           if 'extended_claims.png' in figs else [], again)
-          if extended else []),
-        *(long_section(r_long, long, first_schedules(r_ext or {}), ext.get('sam_vit_top1'), reused, long_unseen)
-          if long is not None and r_long else []),
-        *sections,
+        *revision_sections(revisions if extended else (), dict(
+            r=r, r_ext=r_ext, r_long=r_long, claims=claims, ext=ext, power=power, again=again, figs=figs,
+            fig_link=FIGS, revision_time=_revision_time(r_ext or {}, seeds), long=long, reused=reused,
+            long_unseen=long_unseen, cost_gain=sections)),
         '## Accuracy of every run', '', *accuracy_table(r, [a for a in arms if a.name in main]), '',
         *not_converged(r, r_final, [a for a in arms if a.name in main]),
         *(['Supporting runs (`reproduction/supporting_runs.py`; no verdicts): v2\'s 30-epoch schedules of the ViTs '
@@ -496,7 +497,7 @@ def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Pa
                                 r_ext=r_ext, archived=bool(archive), sensitivity=sensitivity,
                                 long=long[0] if long else None, r_long=r_long, r_final=r_final, again_24=again_24,
                                 long_unseen=long_unseen[0] if long_unseen else None, earlier=earlier,
-                                sections=section5))
+                                sections=section5, revisions=sorted(later, key=[p.name for p in PLANS].index)))
     return path
 
 
