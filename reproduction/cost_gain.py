@@ -90,6 +90,8 @@ def draw_cost_gain(pts: Sequence[Tuple[str, float, float, float, float, bool]], 
 def _claim_cell(d: SeedDecision, c: Optional[ClaimResult]) -> str:
     if d.status == 'read' and c is not None:
         return f'{format_difference(c.diff, *PT)}, {c.agree}/{c.n} agree, **{c.label}**'
+    if d.status == 'read':
+        return f'not read: its rule gave it {d.n} seeds, and not all of their runs are there (failed or not trained)'
     if d.status == 'dropped':
         return f'dropped: {d.why}'
     return f'out of reach: {d.why}'
@@ -122,13 +124,13 @@ def cost_gain_section(rev: RevisionPlan, r: Results, adamw: Sequence[Dict[str, A
     if check is not None and ref is not None:
         same = check['top1_curve'] == ref['top1_curve']
         differ = sum(x != y for x, y in zip(check['top1_curve'], ref['top1_curve']))
-        lines += [f'The check before the pilot: revision 4\'s AdamW run at seed {check_seed}, trained again here '
-                  f'{cpu_of([check])}, ends at {check["top1"]:.2f} % top-1 against the reused run\'s '
+        lines += [f'The check before the pilot: revision 4\'s AdamW run at seed {check_seed}, trained again here'
+                  f'{_on(check)}, ends at {check["top1"]:.2f} % top-1 against the reused run\'s '
                   f'{ref["top1"]:.2f} % '
                   + ('with the same curve: the reused runs are what this machine trains.' if same else
                      f'and its curve differs in {differ} of {len(ref["top1_curve"])} epochs: the reused runs were '
-                     f'trained {cpu_of([ref])}, so each pair below spans two machines (the same initial weights and '
-                     'data order, different floating-point paths). That adds the machines\' difference to each '
+                     f'trained{_on(ref) or " elsewhere"}, so each pair below spans two machines (the same initial '
+                     'weights and data order, different floating-point paths). That adds the machines\' difference to each '
                      'paired difference as noise, not as a bias one could name a sign for; the claims are read with '
                      'it.'), '']
     rows = ['| optimizer | passes / step | step time / AdamW (wall; CPU) | seeds | top-1 (%) | gain over AdamW, '
@@ -177,6 +179,11 @@ def cost_gain_section(rev: RevisionPlan, r: Results, adamw: Sequence[Dict[str, A
                   'and trained again: ' + ('; '.join(f'{s["run"]} after {s["epochs"]} epochs ({s["last_written"]} '
                                                      'UTC)' for s in stopped) or 'none') + '.', '']
     return lines
+
+
+def _on(m: Dict[str, Any]) -> str:
+    """' on <CPU>' as the run recorded it, or nothing."""
+    return f' on {m["cpu"]}' if m.get('cpu') else ''
 
 
 def _pilot_sd(r: Results, sam: Sequence[Dict[str, Any]], rev: RevisionPlan, arms: Sequence[str]) -> float:
