@@ -130,9 +130,9 @@ def cost_gain_section(rev: RevisionPlan, r: Results, adamw: Sequence[Dict[str, A
                   + ('with the same curve: the reused runs are what this machine trains.' if same else
                      f'and its curve differs in {differ} of {len(ref["top1_curve"])} epochs: the reused runs were '
                      f'trained{_on(ref) or " elsewhere"}, so each pair below spans two machines (the same initial '
-                     'weights and data order, different floating-point paths). That adds the machines\' difference to each '
-                     'paired difference as noise, not as a bias one could name a sign for; the claims are read with '
-                     'it.'), '']
+                     'weights and data order, different floating-point paths). That adds the machines\' difference to '
+                     'each paired difference as noise, not as a bias one could name a sign for; the claims are read '
+                     'with it.'), '']
     rows = ['| optimizer | passes / step | step time / AdamW (wall; CPU) | seeds | top-1 (%) | gain over AdamW, '
             'mean [95 % CI] | share of SAM\'s gain | claim against SAM: mean [95 % CI], verdict | converged | '
             'CPU min / run |', '|---|---:|---|---:|---|---|---:|---|---|---:|']
