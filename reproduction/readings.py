@@ -12,7 +12,7 @@ from report_tables import claim_fmt
 
 from timm_ext.analysis.stats import format_difference
 
-__all__ = ['SENSITIVITY', 'extended_cell', 'headline', 'old_rule_sentence', 'powers', 'reading']
+__all__ = ['SENSITIVITY', 'extended_cell', 'headline', 'needed_text', 'old_rule_sentence', 'powers', 'reading']
 
 
 
@@ -22,7 +22,7 @@ def powers(claims: Sequence[ClaimResult]) -> Dict[str, ClaimPower]:
             for c in claims}
 
 
-def _needed(n: Optional[int]) -> str:
+def needed_text(n: Optional[int]) -> str:
     return f'over {MAX_SEEDS}' if n is None else str(n)
 
 
@@ -48,7 +48,7 @@ def extended_cell(key: str, five: ClaimResult, extended: Dict[str, ClaimResult],
     p = power[key]
     if p.settle is not None and p.settle <= REACH:
         return f'within reach ({p.settle} seeds), not in revision 3'
-    return f'out of reach: {_needed(p.settle)} seeds'
+    return f'out of reach: {needed_text(p.settle)} seeds'
 
 
 def headline(claims: Sequence[ClaimResult], extended: Dict[str, ClaimResult],

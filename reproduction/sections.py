@@ -13,7 +13,7 @@ from longer_schedules import LONG_ARMS
 from measure_run import tail_gain
 from plan import ARM_BY_NAME, CONVERGED_TAIL, EXTENDED_SEEDS, LONG_PAIR, POWER, REACH, VIT_EPOCHS, extended_seeds
 from power import ClaimPower
-from readings import SENSITIVITY, _needed, extended_cell, reading
+from readings import SENSITIVITY, extended_cell, needed_text, reading
 from registration import REVISIONS, label
 from report_tables import claim_fmt, mean_sd, retrained, seed_values
 from run_metrics import metric_fn
@@ -79,7 +79,7 @@ def more_seeds_section(r: Results, claims: Sequence[ClaimResult], extended: Dict
         p = power[c.claim.key]
         text = c.claim.text[:1].upper() + c.claim.text[1:]
         lines.append(f'| {text} | {format_difference(c.diff, claim_fmt(c.claim), c.claim.unit)}, {c.label} | '
-                     f'{p.settle_now:.2f} | {_needed(p.settle)} | {_needed(p.exclude_zero)} | '
+                     f'{p.settle_now:.2f} | {needed_text(p.settle)} | {needed_text(p.exclude_zero)} | '
                      f'{extended_cell(c.claim.key, c, extended, power, sensitivity)} |')
     lines.append('')
     for key, e in extended.items():
