@@ -19,6 +19,7 @@ pytest.importorskip('scipy', reason='the reproduction study needs scipy (pip ins
 
 import claims  # noqa: E402
 import convergence_text  # noqa: E402
+import cost_gain  # noqa: E402
 import longer_schedules  # noqa: E402
 import measure_run  # noqa: E402
 import plan  # noqa: E402
@@ -34,13 +35,14 @@ import run_metrics  # noqa: E402
 import run_results  # noqa: E402
 import run_times  # noqa: E402
 import sections  # noqa: E402
+import step_cost  # noqa: E402
 import study_jobs  # noqa: E402
 import supporting_runs  # noqa: E402
 
-__all__ = ['REPO', 'TRAIN_PY', 'claims', 'convergence_text', 'fake_run', 'fake_runs', 'longer_schedules',
-           'measure_run', 'plan', 'power', 'readings', 'recover_earlier_runs', 'registration', 'report',
-           'report_tables', 'reproduce', 'run_ledger', 'run_metrics', 'run_results', 'run_times', 'sections',
-           'study_jobs', 'supporting_runs', 'tiny_folder', 'write_run']
+__all__ = ['REPO', 'TRAIN_PY', 'claims', 'convergence_text', 'cost_gain', 'fake_run', 'fake_runs',
+           'longer_schedules', 'measure_run', 'plan', 'power', 'readings', 'recover_earlier_runs', 'registration',
+           'report', 'report_tables', 'reproduce', 'run_ledger', 'run_metrics', 'run_results', 'run_times',
+           'sections', 'step_cost', 'study_jobs', 'supporting_runs', 'tiny_folder', 'write_run']
 
 
 def tiny_folder(root: Path) -> Path:

@@ -3,9 +3,7 @@ the reused pair, the Pareto front, and the section's table and plot."""
 import json
 
 import pytest
-from _reproduction import fake_run, plan, supporting_runs, write_run
-
-cost_gain = pytest.importorskip('cost_gain')
+from _reproduction import cost_gain, fake_run, plan, supporting_runs, write_run
 
 
 def _pair(gain_sam=1.0):
@@ -65,6 +63,7 @@ def test_revision_5_is_read_back_at_the_seeds_its_rule_gives_failed_runs_named(t
 
 
 def test_the_section_tabulates_every_arm_and_draws_the_plot(tmp_path):
+    pytest.importorskip('matplotlib', reason='the plot needs matplotlib (pip install "timm-ext[demo]")')
     rev, runs, pair = plan.PLAN_BY_NAME['5'], tmp_path / 'runs', _pair()
     _pilot(runs, lambda i, seed: 97.5 + 0.28 * ((seed + i) % 3))
     r, failed, decisions, read = cost_gain.load_revision(rev, runs, None, pair, {})

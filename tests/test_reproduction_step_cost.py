@@ -2,9 +2,7 @@
 import json
 
 import pytest
-from _reproduction import plan, supporting_runs
-
-step_cost = pytest.importorskip('step_cost')
+from _reproduction import plan, step_cost, supporting_runs
 
 
 def test_passes_per_step_follow_each_arms_settings():
