@@ -1,6 +1,7 @@
 """A SAM-family optimizer through timm's train.py and through the demo's built-in loop (timm's parts driven by
 hand, no train.py) on the same digits, the same batches: the summary.csv of both, to compare number by number."""
 import dataclasses
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,25 +11,43 @@ from _timm_train import TRAIN_PY
 from conftest import require_timm_script
 
 EPOCHS = 2  # the warmup epoch and one after it: every update on the schedule's update-wise lr
+PER_CLASS = {'train': 12, 'validation': 6}  # images of each digit: 7 updates an epoch at the demo's batch of 16
 
 
-def both_routes(tmp_path: Path, opt: str, opt_kwargs: Dict[str, Any]) -> Tuple[str, str]:
-    """The demo's plain ViT run with ``opt`` and ``opt_kwargs``, ``EPOCHS`` epochs, through the built-in loop and
-    through train.py (TIMM_EXT_TIMM_TRAIN): each route's summary.csv text."""
+def small_digits(root: Path) -> Path:
+    """The demo's digits, the first ``PER_CLASS`` images of each class copied to ``root``: the two routes agree or
+    differ on any data, and a few updates an epoch keep the comparison to the processes' start-up."""
     from timm_ext.data import digits_image_folder
-    from timm_ext.demo.runs import IMAGE_SIZE, demo_runs
+    from timm_ext.demo.runs import IMAGE_SIZE
+
+    full = digits_image_folder(size=IMAGE_SIZE)
+    for split, count in PER_CLASS.items():
+        for cls in sorted(p for p in (full / split).iterdir() if p.is_dir()):
+            (root / split / cls.name).mkdir(parents=True)
+            for image in sorted(cls.iterdir())[:count]:
+                shutil.copyfile(image, root / split / cls.name / image.name)
+    return root
+
+
+def both_routes(tmp_path: Path, opt: str, opt_kwargs: Dict[str, Any], loop: bool = True) -> Tuple[str, str]:
+    """The demo's plain ViT run with ``opt`` and ``opt_kwargs``, ``EPOCHS`` epochs on :func:`small_digits`, through
+    the built-in loop and through train.py (TIMM_EXT_TIMM_TRAIN): each route's summary.csv text (the loop's ``''``
+    with ``loop=False``, which starts train.py alone)."""
+    from timm_ext.demo.runs import demo_runs
     from timm_ext.demo.train_runs import train_command
     from timm_ext.launch.build_command import child_env
 
     require_timm_script(TRAIN_PY)
-    data = digits_image_folder(size=IMAGE_SIZE)
+    data = small_digits(tmp_path / 'digits')
     run = dataclasses.replace(demo_runs(quick=True)[0], name='run', opt=opt, opt_kwargs=dict(opt_kwargs))
     env = dict(child_env(), HF_HUB_OFFLINE='1', OMP_NUM_THREADS='1')  # one thread each side: an exact comparison
-    argv = run.train_args(data, tmp_path / 'loop', EPOCHS)
-    loop = subprocess.run([sys.executable, '-m', 'timm_ext.demo.builtin_loop', *argv], env=env, capture_output=True,
-                          text=True, timeout=600)  # a process of its own: its logging set up there, not in pytest's
-    assert loop.returncode == 0, (loop.stdout + loop.stderr)[-6000:]
+    if loop:
+        argv = run.train_args(data, tmp_path / 'loop', EPOCHS)
+        done = subprocess.run([sys.executable, '-m', 'timm_ext.demo.builtin_loop', *argv], env=env,
+                              capture_output=True, text=True, timeout=600)  # its logging set up there, not in pytest's
+        assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     command = train_command(run.training(data, EPOCHS), tmp_path / 'train_py', TRAIN_PY)
     done = subprocess.run(command.argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-    return tuple((tmp_path / route / 'run' / 'summary.csv').read_text() for route in ('loop', 'train_py'))
+    loop_csv = (tmp_path / 'loop' / 'run' / 'summary.csv').read_text() if loop else ''
+    return loop_csv, (tmp_path / 'train_py' / 'run' / 'summary.csv').read_text()

@@ -1,5 +1,6 @@
 """Shared test setup: offline hub, deterministic seeds, and the path to timm's real train.py."""
 import itertools
+import json
 import os
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
@@ -7,6 +8,9 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from _cuda import device  # noqa: E402, F401  (the `cuda` tests' device fixture: cuda, or cpu by TIMM_EXT_CUDA_TESTS_ON)
+from _timm_free import register as register_timm_free  # noqa: E402
+
+pytest_plugins = ('pytester',)  # test_ci_lanes.py runs a pytest of its own over a marked test
 
 _CACHES = itertools.count()
 
@@ -59,6 +63,17 @@ def pytest_configure(config):
     """Under pytest-xdist (``-n N``, as .ci/run and README's test command run the suite) each worker gets its share
     of the cores as torch threads: N workers with torch's default of one thread per core would wait on each other
     at every operator, several times slower (docs/cli.md#cpu-threads)."""
+    register_timm_free(config)
     workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '0'))
     if workers > 1:
         torch.set_num_threads(max(1, torch.get_num_threads() // workers))
+
+
+def pytest_collection_finish(session):
+    """With ``$TIMM_EXT_COLLECTED_MARKS`` set, every collected test and its marks as JSON lines in that file: what
+    test_ci_lanes.py checks the lanes of .ci/run against."""
+    path = os.environ.get('TIMM_EXT_COLLECTED_MARKS')
+    if path:
+        with open(path, 'w') as f:
+            f.writelines(json.dumps(dict(test=item.nodeid, marks=sorted({m.name for m in item.iter_markers()}))) + '\n'
+                         for item in session.items)

@@ -9,6 +9,8 @@ import torch.nn as nn
 from timm_ext.analysis import hessian_spectrum_density, hessian_trace, loss_landscape_1d, loss_landscape_2d, noisy_loss
 from timm_ext.analysis.runner import metric_options, option_default, progress_total, run_metric
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 
 def _default(fn, name):
     return inspect.signature(fn).parameters[name].default

@@ -14,6 +14,8 @@ from timm_ext.analysis import (
     verdict,
 )
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 
 @pytest.mark.parametrize('df, expected', [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452),
                                           (1000, 1.9623)])

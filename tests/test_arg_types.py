@@ -6,6 +6,8 @@ import torch
 
 from timm_ext.arg_types import is_positive_int, positive_int, positive_number
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 
 @pytest.mark.parametrize('value, ok', [(1, True), (7, True), (0, False), (-2, False), (True, False), (2.0, False),
                                        ('3', False), (None, False)])

@@ -18,6 +18,8 @@ from timm_ext.data import (  # noqa: E402
     load_digits_arrays,
 )
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 
 @pytest.fixture(scope='module')
 def folder(tmp_path_factory):

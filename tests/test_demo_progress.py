@@ -6,6 +6,8 @@ import pytest
 from timm_ext.demo.jobs import Job
 from timm_ext.demo.progress import Progress, format_eta
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 
 def _job(name, epochs=2, cost=1.0, tmp=Path('/x')):
     return Job(name, ['true'], tmp / f'{name}.log', tmp / name / 'summary.csv', epochs, cost)

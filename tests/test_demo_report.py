@@ -3,6 +3,8 @@ import pytest
 
 from timm_ext.demo.report import NOISE_POINTS, RunResult, contributions, format_table, plot_curves
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 # --- the report -------------------------------------------------------------------------------------------
 
 def _result(name, top1, loss=1.25, pieces=(), wall=10.0):

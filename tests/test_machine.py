@@ -2,7 +2,11 @@
 import platform
 from pathlib import Path
 
+import pytest
+
 from timm_ext import machine
+
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
 
 
 def test_cpu_name_is_the_model_name_line_of_cpuinfo(monkeypatch, tmp_path):

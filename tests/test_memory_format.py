@@ -1,6 +1,9 @@
+import pytest
 import torch
 
 from timm_ext.layers.memory_format import contiguous_like, is_channels_last
+
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
 
 
 def test_channels_last_is_told_from_nchw():

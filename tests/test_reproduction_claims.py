@@ -4,6 +4,8 @@ import math
 import pytest
 from _reproduction import claims, fake_runs, plan, run_results
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 
 def test_claims_are_paired_differences_with_the_preregistered_verdicts(tmp_path):
     r = run_results.load_results(fake_runs(tmp_path / 'runs'), plan.ARMS, [0, 1, 2])

@@ -1,5 +1,9 @@
 """reproduction/convergence_text.py: "converged" only as the rule's label, every run that misses it named."""
+
+import pytest
 from _reproduction import convergence_text as ct
+
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
 
 
 def _run(arm, seed, tail_gain, epochs=10, top1=90.0):

@@ -5,6 +5,8 @@ import json
 import pytest
 from _reproduction import cost_gain, fake_run, plan, supporting_runs, write_run
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 
 def _pair(gain_sam=1.0):
     adamw = [dict(fake_run(supporting_runs.ALL_ARMS_BY_NAME['vit_x2'], s), top1=97.0) for s in plan.LONG_SEEDS]

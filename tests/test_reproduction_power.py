@@ -8,6 +8,8 @@ from _reproduction import power, run_results
 
 from timm_ext.analysis.stats import paired_difference, verdict
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 # v3's 5-seed differences (docs/reproduction/measurements.json before revision 3): the numbers the plan was fixed from
 V3 = {
     'sam_vit_top1': ([-0.27855153203343264, 1.39275604503068, 0.27854991689697783, 1.3927576601671205,

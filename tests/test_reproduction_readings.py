@@ -1,7 +1,11 @@
 """reproduction/readings.py: revision 3 in the report, each extended claim beside its 5-seed reading."""
+
+import pytest
 from _reproduction import claims, plan, readings
 
 from timm_ext.analysis.stats import paired_difference
+
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
 
 
 def _claim(key, diffs):

@@ -1,5 +1,9 @@
 """reproduction/registration.py: one standard labels every revision from the facts registration.REVISIONS holds."""
+
+import pytest
 from _reproduction import plan, registration
+
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
 
 
 def _rev(committed='2026-11-28 08:58:05', first_run='2026-11-28 08:58:26', seen=()):

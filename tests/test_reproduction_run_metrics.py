@@ -4,6 +4,8 @@ import math
 import pytest
 from _reproduction import run_metrics
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 
 def test_cb_layers_and_the_early_epoch():
     r = {'vit': [dict(entropy=[2.0, 1.8, 1.5, 1.4])], 'vit_cb': [dict(cb_layers=[2, 3])]}

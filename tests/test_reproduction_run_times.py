@@ -1,5 +1,9 @@
 """reproduction/run_times.py: wall-clock said as wall-clock, CPU time and CPU model only as recorded."""
+
+import pytest
 from _reproduction import run_times
+
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
 
 
 def test_cpu_of_names_recorded_cpus_and_says_where_none_was_recorded():

@@ -1,6 +1,10 @@
 """reproduction/sections.py: each revision's section of its own (revision 3's claims at more seeds, revision 4's pair
 at 120 epochs), and the dispatch by revision name."""
+
+import pytest
 from _reproduction import claims, fake_runs, longer_schedules, plan, power, run_results, sections, write_run
+
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
 
 
 def test_section_names_the_reused_runs_the_misses_and_the_gain_from_60_to_120_epochs(tmp_path):

@@ -1,9 +1,13 @@
 """sam_functional: the paper's arithmetic over tensor lists, and the copies of a model's buffers that put BatchNorm
 statistics (and every other buffer) back bit-exactly after SAM's second pass."""
+
+import pytest
 import torch
 import torch.nn as nn
 
 from timm_ext.optim.sam_functional import hold_buffers_, restore_buffers_
+
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
 
 
 def test_restores_running_stats_and_num_batches_tracked():

@@ -7,6 +7,8 @@ import pytest
 
 from timm_ext._torchvision import TORCHVISION_FIX, require_loadable_torchvision
 
+pytestmark = pytest.mark.timm_free  # calls no timm code: the release lanes leave it out (tests/_timm_free.py)
+
 
 class _BrokenTorchvision(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports of torchvision fail the way a wheel built for another torch does."""

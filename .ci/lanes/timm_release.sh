@@ -2,10 +2,10 @@
 # Compatibility lane: `bash .ci/lanes/timm_release.sh VERSION MAIN_VENV`.
 # timm==VERSION in a virtualenv over MAIN_VENV's packages (the same torch, timm-ext from this clone), with that
 # release's own train.py and validate.py from ../shared: `timm-ext doctor`, `timm-ext demo --quick` (unless
-# TIMM_EXT_LANE_DEMO=0), then the project's whole suite but its slow tests (`-m "not slow"`; the newest-timm lane
-# runs those) with that release's scripts. A skip that would hide the release (a script not found or not of this
-# timm, a test that needs another timm) fails the lane; the skips of a CPU machine (CUDA, an accelerator,
-# inductor's opt-in) are listed and allowed.
+# TIMM_EXT_LANE_DEMO=0), then the project's whole suite with that release's scripts, but its slow tests and those
+# that call no timm code (`-m "not slow and not timm_free"`, tests/_timm_free.py: the newest-timm lane runs them).
+# A skip that would hide the release (a script not found or not of this timm, a test that needs another timm)
+# fails the lane; the skips of a CPU machine (CUDA, an accelerator, inductor's opt-in) are listed and allowed.
 # Then, with this timm still in the lane's virtualenv, timm's own tests/test_optim.py of this release
 # (.ci/lanes/timm_optim.sh, which times itself).
 set -euo pipefail
@@ -37,7 +37,7 @@ if [ "${TIMM_EXT_LANE_DEMO:-1}" = 1 ]; then
   "$py" -m timm_ext demo --quick --no-progress --timm-train "$scripts" --output "$(mktemp -d)/demo"
 fi
 log="$(mktemp)"
-TIMM_EXT_TIMM_TRAIN="$scripts/train.py" "$py" -m pytest tests -q -rs -p no:cacheprovider -m "not slow" \
+TIMM_EXT_TIMM_TRAIN="$scripts/train.py" "$py" -m pytest tests -q -rs -p no:cacheprovider -m "not slow and not timm_free" \
   -n "${TIMM_EXT_CI_WORKERS:-auto}" | tee "$log"
 hidden=$(grep -E '^SKIPPED' "$log" | grep -iE 'TIMM_EXT_TIMM_TRAIN|script not found|train.py not found|needs timm|installed timm|pip could not' \
   || true)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Wheel lane: `bash .ci/lanes/wheel_floor.sh MAIN_VENV`.
-# Build the sdist and wheel (python -m build), check them (twine check --strict, .ci/check_wheel.py), then install
+# Wheel lane: `bash .ci/lanes/wheel_floor.sh TOOLS_VENV` (a virtualenv with the release extra's build and twine).
+# Build the sdist and wheel (python -m build, from a copy of the clone's files: .ci/run starts this lane beside its
+# first `pip install -e .`, which writes the clone's egg-info), check them (twine check --strict, .ci/check_wheel.py), then install
 # the wheel as a user of an index would (no clone, no -e) into a fresh virtualenv that holds the floor of everything
 # pyproject admits: Python 3.10, torch 2.4.1, torchvision 0.19.1, timm 1.0.23 (.ci/lanes/floor_venv.sh). There,
 # from a folder outside the clone: doctor, recipes list, the quick demo (with train.py, then with no network and no
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo="$PWD"
-main_venv="$1"
+tools_venv="$1"
 shared="$repo/../shared/timm-train"
 if [ ! -f "$shared/v1.0.23/train.py" ]; then
   echo "wheel lane: $shared/v1.0.23/train.py is missing (CI has ../shared)" >&2
@@ -18,18 +19,20 @@ if [ ! -f "$shared/v1.0.23/train.py" ]; then
 fi
 
 dist="$(mktemp -d)"
+source_copy="$(mktemp -d)"
+git ls-files -z --cached --others --exclude-standard \
+  | tar --null --ignore-failed-read -T - -cf - | tar -xf - -C "$source_copy"
 build_log="$(mktemp)"
-if ! "$main_venv/bin/python" -m build --outdir "$dist" . > "$build_log" 2>&1; then
+if ! "$tools_venv/bin/python" -m build --outdir "$dist" "$source_copy" > "$build_log" 2>&1; then
   tail -40 "$build_log" >&2
   exit 1
 fi
-rm -rf build
 ls "$dist"
-"$main_venv/bin/twine" check --strict "$dist"/*
-"$main_venv/bin/python" .ci/check_wheel.py "$dist"
+"$tools_venv/bin/twine" check --strict "$dist"/*
+"$tools_venv/bin/python" .ci/check_wheel.py "$dist"
 
-# the virtualenv with the floor's torch, torchvision and timm: made by .ci/run beside its first install
-# (TIMM_EXT_CI_FLOOR_READY=1), else here
+# the virtualenv with the floor's torch, torchvision and timm: made just before by .ci/run (TIMM_EXT_CI_FLOOR_READY=1),
+# else here
 floor="$repo/.ci/.venv-floor"
 if [ "${TIMM_EXT_CI_FLOOR_READY:-0}" != 1 ]; then
   bash "$repo/.ci/lanes/floor_venv.sh" "$floor"

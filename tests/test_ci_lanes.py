@@ -1,0 +1,161 @@
+""".ci/run's lanes: every test runs in some lane, docs/compatibility.md lists what each lane leaves out, and a test
+marked ``timm_free`` that calls timm fails (tests/_timm_free.py)."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from _lanes import ROOT, Lane, lanes, left_out, mark_expression_holds
+from _timm_free import MARK, TimmCallWatch
+
+COMPATIBILITY = ROOT / 'docs' / 'compatibility.md'
+BEGIN, END = '<!-- lanes: begin -->', '<!-- lanes: end -->'
+# what ties a test to the timm release without a call the watch would see: timm's scripts of that release (train.py,
+# validate.py), what differs by version (timm.__version__, the compat and backport modules), timm's task and
+# optimizer-registry internals
+VERSION_BOUND = re.compile(r'_timm_train|TRAIN_PY|VALIDATE_PY|train\.py|validate\.py|timm_scripts|require_timm_script|'
+                           r'timm\.__version__|_timm_compat|_timm_backports|timm\.task|default_registry|_optim_factory')
+
+
+@pytest.fixture(scope='module')
+def collected(tmp_path_factory):
+    """Every test of the suite and its marks, as pytest collects them (a child pytest, --collect-only)."""
+    path = tmp_path_factory.mktemp('marks') / 'marks.jsonl'
+    env = dict(os.environ, TIMM_EXT_COLLECTED_MARKS=str(path), PYTEST_ADDOPTS='')
+    env.pop('PYTEST_XDIST_WORKER', None)
+    done = subprocess.run([sys.executable, '-m', 'pytest', 'tests', '--collect-only', '-q', '-p', 'no:cacheprovider'],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    return {r['test']: frozenset(r['marks']) for r in rows}
+
+
+@pytest.mark.parametrize('expression, marks, holds', [
+    ('not slow and not timm_free', set(), True),
+    ('not slow and not timm_free', {'timm_free'}, False),
+    ('not (slow or timm_free)', {'slow'}, False),
+    ('slow or cuda and not timm_free', {'slow', 'timm_free'}, True),  # and binds first, as in pytest
+    ('not not slow', {'slow'}, True),
+])
+def test_mark_expressions_read_as_pytest_reads_them(expression, marks, holds):
+    assert mark_expression_holds(expression, frozenset(marks)) is holds
+
+
+def test_an_expression_with_anything_but_marks_and_operators_is_refused():
+    with pytest.raises(ValueError, match=r"-m 'slow == 1'"):
+        mark_expression_holds('slow == 1', frozenset())
+
+
+def test_the_lanes_are_read_from_the_scripts_ci_runs():
+    by_name = {lane.name: lane for lane in lanes()}
+    assert list(by_name) == ['newest', 'timm 1.0.23', 'timm 1.0.28', 'floor']
+    assert by_name['newest'] == Lane('newest', ('tests',), None)
+    for release in ('timm 1.0.23', 'timm 1.0.28'):  # leave out the slow tests and the timm-free ones, nothing else
+        lane = by_name[release]
+        assert lane.runs('tests/test_sam.py::test_x', frozenset())
+        assert not lane.runs('tests/test_sam.py::test_x', frozenset({'slow'}))
+        assert not lane.runs('tests/test_sam.py::test_x', frozenset({MARK}))
+    floor = by_name['floor']
+    assert floor.runs('tests/test_models.py::test_x[vit_small_cb]', frozenset({'slow'}))
+    assert not floor.runs('tests/test_sam.py::test_x', frozenset())
+    assert floor.runs('tests/test_recipes.py::test_sam_runs_in_real_train_py_and_resumes', frozenset())
+    assert not floor.runs('tests/test_recipes.py::test_sam_runs_in_real_train_py_and_resumes_twice', frozenset())
+
+
+@pytest.mark.slow
+def test_every_test_runs_in_some_lane(collected):
+    every = lanes()
+    nowhere = [t for t, marks in collected.items() if not any(lane.runs(t, marks) for lane in every)]
+    assert not nowhere, f'{len(nowhere)} test(s) no lane of .ci/run runs, e.g. {nowhere[:3]}'
+
+
+def lanes_section(collected) -> str:
+    """docs/compatibility.md's list of what each lane leaves out, from the lanes' scripts and the suite's marks
+    (lanes that leave out the same tests share their rows)."""
+    every = lanes()
+    groups: dict = {}
+    for lane in every:
+        groups.setdefault(repr(left_out(lane, collected, every)), []).append(lane)
+    lines = ['| lanes | leave out | marked | run instead in |', '|---|---|---|---|']
+    for members in groups.values():
+        names = ', '.join(lane.name for lane in members)
+        gaps = left_out(members[0], collected, every)
+        if not gaps:
+            lines.append(f'| {names} | nothing | | |')
+        elif members[0].paths != ('tests',):
+            n = sum(g[0] for g in gaps.values())
+            lines.append(f'| {names} | all but the {len(collected) - n} tests of `{"`, `".join(members[0].paths)}`: '
+                         f'{n} tests | | {", ".join(sorted({o for g in gaps.values() for o in g[2]}))} |')
+        else:
+            lines.extend(f'| {names} | `{module}`: {n} of {total} | {", ".join(why)} | {", ".join(others)} |'
+                         for module, (n, total, others, why) in gaps.items())
+    return '\n'.join(lines)
+
+
+@pytest.mark.slow
+def test_compatibility_doc_lists_what_each_lane_leaves_out(collected):
+    text = COMPATIBILITY.read_text()
+    assert BEGIN in text and END in text, f'docs/compatibility.md has no {BEGIN} ... {END} block'
+    written = text.split(BEGIN)[1].split(END)[0].strip()
+    expected = lanes_section(collected)
+    assert written == expected, ('docs/compatibility.md lists other gaps than the lanes have; write this between '
+                                 f'{BEGIN} and {END}:\n{expected}')
+
+
+def test_a_module_marked_timm_free_names_nothing_bound_to_the_timm_release():
+    marked = [p for p in sorted((ROOT / 'tests').glob('test_*.py')) if f'pytest.mark.{MARK}' in p.read_text()]
+    assert len(marked) >= 20, marked  # the marks this test guards are there
+    bound = {p.name: sorted(set(VERSION_BOUND.findall(p.read_text()))) for p in marked if p.name != 'test_ci_lanes.py'}
+    assert not {k: v for k, v in bound.items() if v}, (
+        f'modules marked {MARK} that name something of the timm release (the release lanes must run them): '
+        f'{ {k: v for k, v in bound.items() if v} }')
+
+
+def test_a_watched_call_into_timm_is_named():
+    import timm
+
+    with TimmCallWatch() as watch:
+        timm.list_models('vit_small_patch16_224')
+    assert watch.first is not None and watch.first.startswith("timm's list_models() (timm/models/_registry.py:")
+
+
+def test_a_watched_child_process_is_named():
+    with TimmCallWatch() as watch:
+        subprocess.run([sys.executable, '-c', 'pass'], check=True)
+    assert watch.first == 'a child process (Popen._execute_child)'
+
+
+def test_a_watch_over_plain_torch_sees_nothing():
+    import torch
+
+    with TimmCallWatch() as watch:
+        torch.nn.Linear(3, 2)(torch.ones(1, 3)).sum().backward()
+    assert watch.first is None
+
+
+def test_a_timm_free_test_that_calls_timm_fails_with_the_call_named(pytester):
+    pytester.makeconftest(f'import sys; sys.path.insert(0, {str(ROOT / "tests")!r})\n'
+                          'from _timm_free import register\n'
+                          'def pytest_configure(config):\n    register(config)\n')
+    pytester.makeini(f'[pytest]\nmarkers =\n    {MARK}: x\n')
+    pytester.makepyfile(test_marked='''
+import pytest
+import timm
+
+@pytest.mark.timm_free
+def test_calls_timm():
+    timm.list_models('resnet18')
+
+@pytest.mark.timm_free
+def test_plain():
+    assert sum([1, 2]) == 3
+
+def test_unmarked_calls_timm():
+    timm.list_models('resnet18')
+''')
+    result = pytester.runpytest_subprocess('-q', '-p', 'no:cacheprovider')
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([f"*test_calls_timm is marked {MARK} (the release lanes leave it out) but called "
+                                 "timm's list_models() (timm/models/_registry.py:*): remove the mark*"])
