@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
+from keep_runs import all_reported, keep_runs, kept_path
 from longer_schedules import LONG_ARMS, doubled
 from plan import (
     ARM_BY_NAME,
@@ -152,6 +153,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         'refuse if any run or measurement is missing')
     parser.add_argument('--archive', default=None, help='an earlier report\'s measurements.json whose runs are read '
                         'back instead of trained again (default: DOCS/reproduction/measurements.json if it exists)')
+    parser.add_argument('--keep-runs', action='store_true', help='copy the finished, failed and stopped runs of --runs '
+                        'that the archive lacks into it (keep_runs.py), train nothing and write no report: a study '
+                        'on a machine that will not keep its cache')
     parser.add_argument('--no-archive', action='store_true', help='read no earlier report: train every run that is '
                         'not in --runs')
     parser.add_argument('--revision', default=PLANS[-1].name, choices=[p.name for p in PLANS],
@@ -172,11 +176,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     runs = Path(args.runs).expanduser() if args.runs else default_cache_dir() / 'reproduction-v3-runs'
     archive: Archive = {}
     archive_path = Path(args.archive) if args.archive else Path(args.docs) / 'reproduction' / 'measurements.json'
-    if not args.no_archive and (args.archive or archive_path.is_file()):
+    kept = kept_path(archive_path)  # runs kept while the study trains (--keep-runs), read as archived ones
+    if not args.no_archive and (args.archive or archive_path.is_file() or kept.is_file()):
         try:
-            archive = load_archive(archive_path)
+            for path in (archive_path, kept):
+                archive.update(load_archive(path) if path.is_file() or path == archive_path else {})
         except ValueError as e:
             parser.error(str(e))
+    if args.keep_runs:
+        from supporting_runs import ALL_ARMS_BY_NAME
+
+        done = keep_runs(runs, archive_path, ALL_ARMS_BY_NAME)
+        for what, names in done.items():
+            _print(f'{what.replace("_", " ")}: {len(names)}' + (f' ({", ".join(names)})' if names else ''))
+        _print(f'kept in: {kept_path(archive_path)}')
+        return 0
     start = time.perf_counter()
     load_before = os.getloadavg()[1]
     # the first revision's frame (every chosen arm at the seeds), then every later revision's work from its data
@@ -216,18 +230,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                f'{" ..." if len(more) > 6 else ""}; ETA {_eta_minutes(more, args.jobs):.0f} min')
         to_train += sum(1 for j in more if j.trains)
         run_jobs(more, runs, args.jobs)
-    from report import FAILED_KEY, STOPPED_KEY, write_report
+    from report import write_report
 
     command = 'python reproduction/reproduce.py ' + ' '.join(_public_argv(list(argv if argv is not None
                                                                                 else sys.argv[1:])))
     earlier = load_earlier_runs(archive_path) if archive else {}  # withdrawn arms' runs: kept, read by no claim
-    records = {k: v for k, v in json.loads(archive_path.read_text()).items() if k in (FAILED_KEY, STOPPED_KEY)} \
-        if archive else {}  # the failed and stopped runs it kept
+    records = _records([p for p in (archive_path, kept) if archive and p.is_file()])  # the failed and stopped runs
     path = write_report(runs, arms, seeds, Path(args.docs), command.strip(), wall_s=time.perf_counter() - start,
                         trained=to_train, load=(load_before, os.getloadavg()[1]), archive=archive,
                         extended=extended, earlier=earlier, revision=args.revision, earlier_records=records)
     print(f'report: {path} ({time.perf_counter() - start:.0f} s in all)')
+    if Path(args.docs) / 'reproduction' / 'measurements.json' == archive_path and all_reported(archive_path):
+        kept.unlink()  # everything kept while the study trained is in the report's measurements.json now
+        print(f'removed {kept}: every run and record in it is in {archive_path}')
     return 0
+
+
+def _records(paths: Sequence[Path]) -> dict:
+    """The failed and stopped runs the archive and the runs kept beside it recorded, each once."""
+    from report import FAILED_KEY, STOPPED_KEY
+
+    failed: dict = {}
+    stopped: list = []
+    for path in paths:
+        saved = json.loads(path.read_text())
+        failed.update(saved.get(FAILED_KEY, {}))
+        stopped += [x for x in saved.get(STOPPED_KEY, []) if x not in stopped]
+    return {**({FAILED_KEY: failed} if failed else {}), **({STOPPED_KEY: stopped} if stopped else {})}
 
 
 if __name__ == '__main__':

@@ -71,7 +71,7 @@ def load_results(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], archive:
             if archive is not None and (arm.name, seed) in archive and not in_cache(runs, arm.name, seed):
                 out.setdefault(arm.name, []).append(dict(archive[arm.name, seed]))
                 continue
-            runs_tried = [_load_run(d) for d in tried(runs, arm.name, seed)]  # revision 2.4: the shorter ones too
+            runs_tried = [load_run(d) for d in tried(runs, arm.name, seed)]  # revision 2.4: the shorter ones too
             m = runs_tried[-1]
             if len(runs_tried) > 1:
                 m['replaced'] = runs_tried[:-1]
@@ -79,7 +79,7 @@ def load_results(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], archive:
     return out
 
 
-def _load_run(run_dir: Path) -> Dict[str, Any]:
+def load_run(run_dir: Path) -> Dict[str, Any]:
     m = json.loads((run_dir / MEASURE_FILE).read_text())
     m['run'] = run_dir.name
     timing = run_timing(run_dir)

@@ -245,7 +245,7 @@ def _staged_jobs(rev: RevisionPlan, runs: Path, timm_train: Optional[str], archi
     """A revision with a seed rule (revision 5): the check before its pilot, its arms at its pilot seeds, seed by seed;
     once that is done, the seeds its rule gives each claim it reads."""
     arms = [ALL_ARMS_BY_NAME[name] for name in rev.arms if only is None or name in only]
-    jobs = plan_jobs(runs, [R5_CHECK[0]], [R5_CHECK[1]], timm_train)
+    jobs = plan_jobs(runs, [R5_CHECK[0]], [R5_CHECK[1]], timm_train, set(archive))
     jobs += plan_jobs(runs, arms, rev.seeds, timm_train, set(archive))
     if jobs:
         return jobs

@@ -20,6 +20,7 @@ pytest.importorskip('scipy', reason='the reproduction study needs scipy (pip ins
 import claims  # noqa: E402
 import convergence_text  # noqa: E402
 import cost_gain  # noqa: E402
+import keep_runs  # noqa: E402
 import longer_schedules  # noqa: E402
 import measure_run  # noqa: E402
 import plan  # noqa: E402
@@ -39,7 +40,7 @@ import step_cost  # noqa: E402
 import study_jobs  # noqa: E402
 import supporting_runs  # noqa: E402
 
-__all__ = ['REPO', 'TRAIN_PY', 'claims', 'convergence_text', 'cost_gain', 'fake_run', 'fake_runs',
+__all__ = ['REPO', 'TRAIN_PY', 'claims', 'convergence_text', 'cost_gain', 'fake_run', 'fake_runs', 'keep_runs',
            'longer_schedules', 'measure_run', 'plan', 'power', 'readings', 'recover_earlier_runs', 'registration',
            'report', 'report_tables', 'reproduce', 'run_ledger', 'run_metrics', 'run_results', 'run_times',
            'sections', 'step_cost', 'study_jobs', 'supporting_runs', 'tiny_folder', 'write_run']

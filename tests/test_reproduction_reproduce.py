@@ -3,7 +3,7 @@ import json
 import os
 
 import pytest
-from _reproduction import TRAIN_PY, fake_run, fake_runs, measure_run, plan, reproduce, write_run
+from _reproduction import TRAIN_PY, fake_run, fake_runs, keep_runs, measure_run, plan, reproduce, write_run
 from conftest import require_timm_script
 
 
@@ -90,6 +90,12 @@ def test_default_plan_reads_the_archive_and_adds_revision_3s_seeds(tmp_path, mon
     # revision 4: the ViT pair at 120 epochs for all 16 seeds (no revision-3.1 run in this archive to reuse)
     assert ('revision 4: vit_x2 / vit_sam_x2 (120 epochs) at seeds 0-15: train 32 runs, measure only 0, read back 0 '
             'pairs; a run that misses the convergence rule is named, not trained again') in out
+    kept = archive.with_name(keep_runs.KEPT_FILE)  # runs kept beside it while a study trains are read back too
+    kept.write_text(json.dumps(dict(runs={'vit': [fake_run(plan.ARM_BY_NAME['vit'], s) for s in (6, 7)]})))
+    assert reproduce.main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith('train 8, measure only 0, cached 0, archived 8 (seeds '
+                                                            '5-15: revision 3)')
+    kept.unlink()
     assert reproduce.main(argv + ['--no-archive']) == 0  # every run trained
     assert capsys.readouterr().out.splitlines()[3].endswith('60 epochs: train 5, measure only 0, cached 0')
     archive.write_text('{}')

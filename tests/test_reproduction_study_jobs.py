@@ -153,6 +153,9 @@ def test_revision_5_goes_from_its_check_and_pilot_to_the_seeds_its_rule_gives(tm
     jobs = study_jobs.revision_jobs(rev, runs, str(TRAIN_PY), archive)
     assert [j.key for j in jobs][:3] == ['vit_x2_check-s0', 'vit_esam_x2-s0', 'vit_mesa_x2-s0']
     assert len(jobs) == 1 + 12 * 3 and study_jobs.pilot_decisions(rev, runs, archive) is None
+    kept = {**archive, ('vit_x2_check', 0): {}, ('vit_esam_x2', 0): {}}  # read back (keep_runs): not trained again
+    assert [j.key for j in study_jobs.revision_jobs(rev, runs, str(TRAIN_PY), kept)][:2] == ['vit_mesa_x2-s0',
+                                                                                          'vit_msam_x2-s0']
     _finished(runs, 'vit_x2_check', 0, 97.0)
     for i, arm in enumerate(rev.arms):
         for seed in rev.seeds:
