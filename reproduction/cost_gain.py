@@ -157,12 +157,18 @@ def cost_gain_section(rev: RevisionPlan, r: Results, adamw: Sequence[Dict[str, A
                      + f'{converged_cell(ms)} | ' + (f'{statistics.fmean(cpus):.1f}' if cpus else '') + ' |')
     lines += rows + ['']
     read_names = [CLAIM_BY_KEY[d.key].b for d in decisions if d.status == 'read'] + ['vit_sam_x2']
-    pts = points(labels, {n: row['ratio'] for n, row in cost.items()}, gains, read_names)
+    dropped = [n for n in (CLAIM_BY_KEY[d.key].b for d in decisions if d.status == 'dropped') if n in gains]
+    # an arm the pilot dropped did not train this model: its "gain" is no price of anything, and off the plot's scale
+    pts = points(labels, {n: row['ratio'] for n, row in cost.items()},
+                 {n: g for n, g in gains.items() if n not in dropped}, read_names)
     if draw_cost_gain(pts, fig_dir):
         lines += [f'![gain over AdamW against step cost]({fig_link}/cost_gain.png)', '',
                   'On the Pareto front (no other optimizer both cheaper per step and higher in mean gain): '
                   + ', '.join(pareto(pts)) + '. The front is drawn through the means; the intervals overlap, and '
-                  'only the claims read above say more than their means.', '']
+                  'only the claims read above say more than their means.'
+                  + (' Not drawn, and not on the front: the arms the pilot dropped, which did not train this model ('
+                     + ', '.join(f'{labels.get(n, n)} {format_difference(gains[n], *PT)}' for n in dropped) + ').'
+                     if dropped else ''), '']
     kept = [d for d in decisions if d.status != 'dropped']
     pilot_sd = _pilot_sd(r, sam, rev, [CLAIM_BY_KEY[d.key].b for d in kept])
     lines += [f'The rule on the pilot: the differences to SAM pooled over the {len(kept)} kept arms have a standard '

@@ -21,6 +21,7 @@ from convergence_text import DOUBLED, converged_cell, doubling_text, judged, rul
 from cost_gain import cost_gain_section, load_revision
 from figures import STEM_LRS, draw_extended, draw_plots
 from longer_schedules import LONG_ARMS
+from looksam_reuse import paragraph as reuse_paragraph
 from plan import (
     ARMS,
     EPOCHS,
@@ -465,6 +466,9 @@ def write_report(runs: Path, arms: Sequence[Arm], seeds: Sequence[int], docs: Pa
                                      stopped, (*label(record), record.note) if record else (
                                          'not established', 'not yet in the record of registration.py'),
                                      docs / FIGS, FIGS)
+        reuse = docs / FIGS / 'looksam_reuse.json'  # reproduction/looksam_reuse.py's finding, where it was run
+        if reuse.is_file():
+            section5 += reuse_paragraph(json.loads(reuse.read_text()))
     every = {**r_final, **r_ext, **r_long, **r5}
     (docs / FIGS / 'measurements.json').write_text(json.dumps(dict(
         revision=revision, seeds=list(seeds), arms={a.name: dict(model=a.model, model_kwargs=a.model_kwargs, opt=a.opt,

@@ -22,6 +22,7 @@ import convergence_text  # noqa: E402
 import cost_gain  # noqa: E402
 import keep_runs  # noqa: E402
 import longer_schedules  # noqa: E402
+import looksam_reuse  # noqa: E402
 import measure_run  # noqa: E402
 import plan  # noqa: E402
 import power  # noqa: E402
@@ -41,9 +42,9 @@ import study_jobs  # noqa: E402
 import supporting_runs  # noqa: E402
 
 __all__ = ['REPO', 'TRAIN_PY', 'claims', 'convergence_text', 'cost_gain', 'fake_run', 'fake_runs', 'keep_runs',
-           'longer_schedules', 'measure_run', 'plan', 'power', 'readings', 'recover_earlier_runs', 'registration',
-           'report', 'report_tables', 'reproduce', 'run_ledger', 'run_metrics', 'run_results', 'run_times',
-           'sections', 'step_cost', 'study_jobs', 'supporting_runs', 'tiny_folder', 'write_run']
+           'longer_schedules', 'looksam_reuse', 'measure_run', 'plan', 'power', 'readings', 'recover_earlier_runs',
+           'registration', 'report', 'report_tables', 'reproduce', 'run_ledger', 'run_metrics', 'run_results',
+           'run_times', 'sections', 'step_cost', 'study_jobs', 'supporting_runs', 'tiny_folder', 'write_run']
 
 
 def tiny_folder(root: Path) -> Path:

@@ -86,3 +86,22 @@ def test_the_section_tabulates_every_arm_and_draws_the_plot(tmp_path):
     assert 'each pair below spans two machines' in text
     assert (tmp_path / 'figs' / 'cost_gain.png').is_file() and 'On the Pareto front' in text
     assert 'vit_esam_x2-s0 after 40 epochs (2026-12-02 14:00:00 UTC)' in text
+
+
+def test_an_arm_the_pilot_dropped_is_neither_drawn_nor_on_the_front(tmp_path):
+    pytest.importorskip('matplotlib', reason='the plot needs matplotlib (pip install "timm-ext[demo]")')
+    rev, runs, pair = plan.PLAN_BY_NAME['5'], tmp_path / 'runs', _pair()
+    looksam = rev.arms.index('vit_looksam_x2')
+    _pilot(runs, lambda i, seed: 10.0 if i == looksam else 97.5 + 0.28 * ((seed + i) % 3))  # at chance: dropped
+    r, failed, decisions, read = cost_gain.load_revision(rev, runs, None, pair, {})
+    labels = {**{a.name: a.label for a in plan.R5_ARMS}, plan.R5_ADAMW: 'ViT + AdamW', plan.R5_SAM: 'ViT + SAM'}
+    # LookSAM the cheapest: were it drawn, no arm could beat its cost and it would sit on the front
+    cost = dict(rows=[dict(arm=n, passes=1.0, ratio=0.5 if n == 'vit_looksam_x2' else 1.0 + 0.1 * i, ratio_cpu=1.0)
+                      for i, n in enumerate((plan.R5_ADAMW, plan.R5_SAM, *rev.arms))])
+    lines = cost_gain.cost_gain_section(rev, r, pair[plan.R5_ADAMW], pair[plan.R5_SAM], labels, decisions, read,
+                                        cost, {}, [], ('registered', 'why'), tmp_path / 'figs', 'figs')
+    [front] = [x for x in lines if x.startswith('On the Pareto front')]
+    head, _, tail = front.partition('Not drawn')
+    assert 'LookSAM' not in head and head.count('ViT + ') >= 1
+    assert tail.startswith(', and not on the front: the arms the pilot dropped') and 'ViT + LookSAM (k 5) -87.' in tail
+    assert any(x.startswith('| ViT + LookSAM (k 5) |') and 'dropped: ' in x for x in lines)  # still in the table
