@@ -3,7 +3,7 @@ flattened-vector helpers for the independent references, and one driver for the 
 routes. The references built from these use only torch, never timm_ext, so they stay independent of the
 code under test."""
 import copy
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -133,16 +133,21 @@ def train_py_fp16(model: nn.Module, opt: torch.optim.Optimizer, data: Sequence[B
     return task, scaler
 
 
-def spawn_gloo(worker: Callable, nprocs: int = 2) -> None:
-    """Run ``worker(rank, nprocs, port)`` in ``nprocs`` forked processes on a free local port (gloo, CPU).
-    Fork reuses the imported torch/timm instead of importing them again (seconds on 2 cores)."""
+def spawn_gloo(worker: Callable, nprocs: int = 2, *args: Any) -> None:
+    """Run ``worker(rank, nprocs, port, *args)`` (a module-level function) in ``nprocs`` processes on a free local
+    port (gloo, CPU). They are forked from a fork server, a fresh process that imports torch, timm and timm_ext once
+    per pytest worker, not from the pytest worker itself: PyTorch refuses a backward in a child forked from a process
+    whose autograd engine has started its threads (a torch.compile backward does), and the worker may have run such
+    a test first. The server keeps the environment of its start: what a worker needs goes in ``args``."""
+    import multiprocessing
     import socket
 
     import torch.multiprocessing as mp
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
-    mp.start_processes(worker, args=(nprocs, port), nprocs=nprocs, join=True, start_method='fork')
+    multiprocessing.set_forkserver_preload(['torch', 'timm', 'timm_ext'])
+    mp.start_processes(worker, args=(nprocs, port, *args), nprocs=nprocs, join=True, start_method='forkserver')
 
 
 # a small real timm model for the comparisons against pytorch_optimizer (WSAM, FriendlySAM)

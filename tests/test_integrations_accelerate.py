@@ -257,13 +257,8 @@ def _two_process_worker(rank, world_size, port, out_dir):
     accelerator.end_training()
 
 
-def _spawned(rank, world_size, port):
-    _two_process_worker(rank, world_size, port, os.environ['TIMM_EXT_ACCELERATE_OUT'])
-
-
-def test_two_processes_equal_one_on_the_global_batch(tmp_path, monkeypatch):
-    monkeypatch.setenv('TIMM_EXT_ACCELERATE_OUT', str(tmp_path))
-    spawn_gloo(_spawned, nprocs=2)
+def test_two_processes_equal_one_on_the_global_batch(tmp_path):
+    spawn_gloo(_two_process_worker, 2, str(tmp_path))
     ref, one_process = _reference(), _plain_closure_loop()  # 1 process, batches of 8
     for rank in range(2):
         results = torch.load(tmp_path / f'rank{rank}.pt')

@@ -342,11 +342,7 @@ def _ddp_worker(rank, world_size, port, out_dir):
     torch.save(results, os.path.join(out_dir, f'rank{rank}.pt'))
 
 
-def _ddp_spawned(rank, world_size, port):
-    _ddp_worker(rank, world_size, port, os.environ['TIMM_EXT_HF_TRAINER_OUT'])
-
-
-def test_two_processes_equal_one_on_the_global_batch(tmp_path, monkeypatch):
+def test_two_processes_equal_one_on_the_global_batch(tmp_path):
     """2 CPU processes (gloo, forked) through the Trainer's own DDP, per-device batch 2, against 1 process with
     batch 4, with and without gradient_accumulation_steps=2. The data order is the same: the sequential sampler
     (train_sampling_strategy='sequential'), and Accelerate hands the per-device batches of 2 out in turn, so the
@@ -354,8 +350,7 @@ def test_two_processes_equal_one_on_the_global_batch(tmp_path, monkeypatch):
     2 processes' gradients in the first pass and in SAMTrainer's replay (its last micro-batch synced), so SAM
     perturbs and steps with the global batch's gradient. SGD, not AdamW: AdamW turns the float rounding of the
     two summation orders on near-zero gradient coordinates into lr-sized steps (measured 2.5e-3 and 3.4e-3)."""
-    monkeypatch.setenv('TIMM_EXT_HF_TRAINER_OUT', str(tmp_path))
-    spawn_gloo(_ddp_spawned, nprocs=2)
+    spawn_gloo(_ddp_worker, 2, str(tmp_path))
     ranks = [torch.load(tmp_path / f'rank{rank}.pt', weights_only=True) for rank in range(2)]
     for accumulation in _DDP_ACCUMULATION:
         start = _model()

@@ -10,6 +10,9 @@ Lightning is), accumulation with the manual-optimization pattern that replaces i
 import copy
 import functools
 import logging
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -21,6 +24,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from _sam_reference import at, batch, flat, grad, mlp, sgd_reference  # noqa: E402
+from _threads import same_threads  # noqa: E402
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision, MixedPrecision  # noqa: E402
 from timm.optim import create_optimizer_v2  # noqa: E402
 from timm.scheduler import StepLRScheduler  # noqa: E402
@@ -462,9 +466,17 @@ class Sharded(Classifier):
 @pytest.mark.slow
 def test_ddp_two_processes_equal_one_on_the_global_batch(tmp_path):
     """strategy='ddp_fork' (gloo, 2 CPU processes; 'ddp' would re-launch pytest itself): rank r gets rows
-    r, r + 2, ... of each global batch of 16, both of SAM's passes are all-reduced, so e is the global batch's."""
-    trainer(devices=2, strategy='ddp_fork', use_distributed_sampler=False,
-            callbacks=[SaveWeights(tmp_path)]).fit(Sharded())
+    r, r + 2, ... of each global batch of 16, both of SAM's passes are all-reduced, so e is the global batch's.
+    The fork is made from a fresh interpreter: PyTorch refuses a backward in a child forked from a process whose
+    autograd engine has started its threads (a torch.compile backward does), and this test's pytest worker may have
+    run such a test before it."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f'import sys; sys.path.insert(0, {here!r}); from pathlib import Path; import test_integrations_lightning '
+            f'as t; t.trainer(devices=2, strategy="ddp_fork", use_distributed_sampler=False, '
+            f'callbacks=[t.SaveWeights(Path({str(tmp_path)!r}))]).fit(t.Sharded())')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, OMP_NUM_THREADS=same_threads()))
+    assert proc.returncode == 0, proc.stderr[-3000:]
     ref, _ = closure_loop(batch_size=16)
     ranks = [torch.load(tmp_path / f'rank{r}.pt') for r in range(2)]
     assert torch.equal(ranks[0], ranks[1])

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from _sam_reference import closure as closure_of
-from _sam_reference import replayed_step_draws_nothing
+from _sam_reference import replayed_step_draws_nothing, spawn_gloo
 from timm.models.vision_transformer import VisionTransformer
 from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
@@ -1266,14 +1266,7 @@ def _ddp_worker(rank, world_size, port):
 
 
 def test_ddp_two_gloo_processes():
-    import socket
-
-    import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    # fork: the workers reuse the imported torch/timm instead of importing them again (seconds on 2 cores)
-    mp.start_processes(_ddp_worker, args=(2, port), nprocs=2, join=True, start_method='fork')
+    spawn_gloo(_ddp_worker, nprocs=2)
 
 
 # ---- the torch floor: the one fallback for an API newer than it ------------------------------------------
