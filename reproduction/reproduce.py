@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import AbstractSet, Callable, List, Optional, Sequence
 
 from keep_runs import all_reported, keep_runs, kept_path
 from longer_schedules import LONG_ARMS, doubled
@@ -43,7 +43,7 @@ from plan import (
 )
 from run_ledger import load_earlier_runs
 from run_results import Archive, load_archive, long_archive
-from study_jobs import StudyJob, pilot_decisions, regroup_jobs, run_jobs, study_jobs
+from study_jobs import StudyJob, pilot_decisions, regroup_jobs, revision_arms, run_jobs, study_jobs
 from supporting_runs import ALL_ARMS, SUPPORT_ARMS
 
 __all__ = ['main', 'print_plan']
@@ -177,10 +177,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     archive: Archive = {}
     archive_path = Path(args.archive) if args.archive else Path(args.docs) / 'reproduction' / 'measurements.json'
     kept = kept_path(archive_path)  # runs kept while the study trains (--keep-runs), read as archived ones
+    # the runs kept of a revision after --revision belong to a later study: a report of an earlier one leaves them out
+    later = {a for rev in PLANS[[p.name for p in PLANS].index(args.revision) + 1:] for a in revision_arms(rev)}
     if not args.no_archive and (args.archive or archive_path.is_file() or kept.is_file()):
         try:
-            for path in (archive_path, kept):
-                archive.update(load_archive(path) if path.is_file() or path == archive_path else {})
+            archive.update(load_archive(archive_path))
+            archive.update({k: m for k, m in (load_archive(kept) if kept.is_file() else {}).items()
+                            if k[0] not in later})
         except ValueError as e:
             parser.error(str(e))
     if args.keep_runs:
@@ -235,7 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = 'python reproduction/reproduce.py ' + ' '.join(_public_argv(list(argv if argv is not None
                                                                                 else sys.argv[1:])))
     earlier = load_earlier_runs(archive_path) if archive else {}  # withdrawn arms' runs: kept, read by no claim
-    records = _records([p for p in (archive_path, kept) if archive and p.is_file()])  # the failed and stopped runs
+    records = _records([p for p in (archive_path, kept) if archive and p.is_file()], later)  # failed, stopped runs
     path = write_report(runs, arms, seeds, Path(args.docs), command.strip(), wall_s=time.perf_counter() - start,
                         trained=to_train, load=(load_before, os.getloadavg()[1]), archive=archive,
                         extended=extended, earlier=earlier, revision=args.revision, earlier_records=records)
@@ -246,16 +249,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def _records(paths: Sequence[Path]) -> dict:
-    """The failed and stopped runs the archive and the runs kept beside it recorded, each once."""
+def _records(paths: Sequence[Path], later: AbstractSet[str] = frozenset()) -> dict:
+    """The failed and stopped runs the archive and the runs kept beside it recorded, each once, but those of the
+    arms in ``later`` (a later revision's)."""
     from report import FAILED_KEY, STOPPED_KEY
+
+    def ours(run: str) -> bool:
+        return run.rpartition('-s')[0] not in later
 
     failed: dict = {}
     stopped: list = []
     for path in paths:
         saved = json.loads(path.read_text())
-        failed.update(saved.get(FAILED_KEY, {}))
-        stopped += [x for x in saved.get(STOPPED_KEY, []) if x not in stopped]
+        failed.update({run: why for run, why in saved.get(FAILED_KEY, {}).items() if ours(run)})
+        stopped += [x for x in saved.get(STOPPED_KEY, []) if x not in stopped and ours(x['run'])]
     return {**({FAILED_KEY: failed} if failed else {}), **({STOPPED_KEY: stopped} if stopped else {})}
 
 

@@ -40,8 +40,8 @@ from timm_ext.demo.runner import run_jobs as run_processes
 from timm_ext.demo.train_runs import TrainRun, train_command
 
 __all__ = ['FAILED_FILE', 'MEASURE_SCRIPT', 'STOPPED_FILE', 'StudyJob', 'claim_seeds_of', 'decide', 'measured',
-           'pilot_decisions', 'plan_jobs', 'record_failed', 'record_stopped', 'regroup_jobs', 'revision_jobs',
-           'run_jobs', 'stopped_runs', 'study_jobs', 'train_args', 'trained', 'training', 'write_cpu']
+           'pilot_decisions', 'plan_jobs', 'record_failed', 'record_stopped', 'regroup_jobs', 'revision_arms',
+           'revision_jobs', 'run_jobs', 'stopped_runs', 'study_jobs', 'train_args', 'trained', 'training', 'write_cpu']
 
 MEASURE_SCRIPT = Path(__file__).resolve().parent / 'measure_run.py'
 FAILED_FILE = 'timm_ext_failed.json'  # a run whose command failed: why, in its folder (record_failed)
@@ -254,6 +254,11 @@ def _staged_jobs(rev: RevisionPlan, runs: Path, timm_train: Optional[str], archi
     extra = sorted({s for n in more.values() for s in range(len(rev.seeds), n)})
     return [job for seed in extra for job in plan_jobs(
         runs, [a for a in arms if more.get(a.name, 0) > seed], [seed], timm_train, set(archive))]
+
+
+def revision_arms(rev: RevisionPlan) -> Tuple[str, ...]:
+    """The arms ``rev`` trains: its own and, under revision 5's seed rule, its check's."""
+    return (*rev.arms, *((R5_CHECK[0].name,) if rev.seed_rule == R5_SEED_RULE else ()))
 
 
 # the seed rules a revision may name (``RevisionPlan.seed_rule``) and the planner that follows each

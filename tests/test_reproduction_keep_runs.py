@@ -116,3 +116,18 @@ def test_keep_runs_from_the_command_line(tmp_path, capsys):
     assert 'kept: 1 (vit_sam-s2)' in out and 'in flight: 2 (vit_sam-s5, vit_sam-s6)' in out
     assert 'vit_sam' not in json.loads(path.read_text())['runs']
     assert [m['seed'] for m in json.loads(keep_runs.kept_path(path).read_text())['runs']['vit_sam']] == [2]
+
+
+def test_a_report_of_an_earlier_revision_leaves_out_the_runs_kept_of_a_later_one(tmp_path):
+    """The kept file holds the study now training (revision 5's arms and its check): a report of revision 4 reads
+    the archive beside it but none of those runs or records (the committed report regenerates as it was)."""
+    r5 = next(p for p in plan.PLANS if p.name == '5')
+    assert study_jobs.revision_arms(r5) == (*r5.arms, 'vit_x2_check')
+    assert study_jobs.revision_arms(next(p for p in plan.PLANS if p.name == '4')) == ('vit_x2', 'vit_sam_x2')
+    kept = tmp_path / 'runs_in_progress.json'
+    kept.write_text(json.dumps(dict(runs={}, failed_runs={'vit_bsam_x2-s1': {'why': 'x'}, 'vit-s3': {'why': 'y'}},
+                                    stopped_runs=[{'run': 'vit_x2_check-s0'}, {'run': 'vit_sam-s1'}])))
+    later = set(study_jobs.revision_arms(r5))
+    assert reproduce._records([kept], later) == dict(failed_runs={'vit-s3': {'why': 'y'}},
+                                                     stopped_runs=[{'run': 'vit_sam-s1'}])
+    assert len(reproduce._records([kept])['stopped_runs']) == 2
