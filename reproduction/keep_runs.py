@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping
 from plan import CPU_FILE, Arm
 from report import FAILED_KEY, STOPPED_KEY, machine_neutral
 from run_results import load_run
-from study_jobs import FAILED_FILE, measured, stopped_runs, trained
+from study_jobs import FAILED_FILE, measured, stop_key, stopped_runs, trained
 
 from timm_ext.demo.runner import read_summary
 
@@ -80,8 +80,8 @@ def keep_runs(runs: Path, archive_path: Path, arms: Mapping[str, Arm], now: floa
                 '%Y-%m-%d %H:%M:%S', time.gmtime(_last_written(folder))),
                 why='stopped: the study stopped while it trained (its machine\'s session ended); trained again'))
             done['stopped'].append(folder.name)
-    known = {(x['run'], x.get('last_written')) for x in (*stopped, *archived.get(STOPPED_KEY, []))}
-    stopped += [x for x in stopped_runs(runs) if (x['run'], x.get('last_written')) not in known]
+    known = {stop_key(x) for x in (*stopped, *archived.get(STOPPED_KEY, []))}
+    stopped += [x for x in stopped_runs(runs) if stop_key(x) not in known]
     if failed:
         saved[FAILED_KEY] = failed
     if stopped:
@@ -100,7 +100,7 @@ def all_reported(archive_path: Path) -> bool:
         return False
     archived, saved = _saved(archive_path), _saved(path)
     runs = {(arm, m['run']) for arm, ms in archived['runs'].items() for m in ms}
-    stopped = {(x['run'], x.get('last_written')) for x in archived.get(STOPPED_KEY, [])}
+    stopped = {stop_key(x) for x in archived.get(STOPPED_KEY, [])}
     return (all((arm, m['run']) in runs for arm, ms in saved['runs'].items() for m in ms)
             and set(saved.get(FAILED_KEY, {})) <= set(archived.get(FAILED_KEY, {}))
-            and all((x['run'], x.get('last_written')) in stopped for x in saved.get(STOPPED_KEY, [])))
+            and all(stop_key(x) in stopped for x in saved.get(STOPPED_KEY, [])))

@@ -55,11 +55,14 @@ REVISIONS: Tuple[Revision, ...] = (
              ('6 of the 32 runs it reads: revision 3.1\'s pairs at seeds 6, 12 and 14, published in 01aaa62 15 h 44 '
               'min earlier and cited as its motivation', 'the order of the extended claims\' two readings, both read '
               '(revision 3.1\'s had come first)')),
-    Revision('5', 'db05449', '2026-12-02 13:57:06', '2026-12-02 13:57:15', 'args.yaml of vit_x2_check-s0', 37,
-             note='37 runs so far (its check and its pilot), more as its rule gives them; it reads revision 4\'s 32 '
-                  'published runs again as the reference of its new claims, by a rule written first, as revision 3 '
-                  'read seeds 0-4, and changes no earlier reading; its margins were chosen knowing SAM\'s gain at 120 '
-                  'epochs (+0.94 pt)'),
+    Revision('5', 'db05449', '2026-12-02 13:57:06', '2026-12-02 13:57:15',
+             'args.yaml of vit_x2_check-s0 in its first training, since lost', 37,
+             note='its check and its pilot, 37 runs; its rule gave no more (every claim out of reach). Trained '
+                  'twice: the first training (410 CPU-min) was lost with its machine before a report kept it, and '
+                  'the same plan, unchanged, trained again (440 CPU-min): 850 together, over its 600 CPU-min budget. '
+                  'It reads revision 4\'s 32 published runs again as the reference of its new claims, by a rule '
+                  'written first, as revision 3 read seeds 0-4, and changes no earlier reading; its margins were '
+                  'chosen knowing SAM\'s gain at 120 epochs (+0.94 pt)'),
 )
 
 STANDARD = ('A revision is **registered** when it was committed before its first run started and was decided '

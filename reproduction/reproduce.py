@@ -43,7 +43,7 @@ from plan import (
 )
 from run_ledger import load_earlier_runs
 from run_results import Archive, load_archive, long_archive
-from study_jobs import StudyJob, pilot_decisions, regroup_jobs, revision_arms, run_jobs, study_jobs
+from study_jobs import StudyJob, pilot_decisions, regroup_jobs, revision_arms, run_jobs, study_jobs, unique_stops
 from supporting_runs import ALL_ARMS, SUPPORT_ARMS
 
 __all__ = ['main', 'print_plan']
@@ -262,7 +262,7 @@ def _records(paths: Sequence[Path], later: AbstractSet[str] = frozenset()) -> di
     for path in paths:
         saved = json.loads(path.read_text())
         failed.update({run: why for run, why in saved.get(FAILED_KEY, {}).items() if ours(run)})
-        stopped += [x for x in saved.get(STOPPED_KEY, []) if x not in stopped and ours(x['run'])]
+        stopped = unique_stops([*stopped, *(x for x in saved.get(STOPPED_KEY, []) if ours(x['run']))])
     return {**({FAILED_KEY: failed} if failed else {}), **({STOPPED_KEY: stopped} if stopped else {})}
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Sequence, Set, Tuple
 
-from plan import EXTENDED_GROUP, LONG_REUSED, LONG_SEEDS, SEEDS
+from plan import EXTENDED_GROUP, LONG_REUSED, LONG_SEEDS, R5_ARMS, R5_CHECK, R5_PILOT_SEEDS, SEEDS
 
 __all__ = ['EARLIER', 'HERE', 'TRAINED', 'Batch', 'archived_runs', 'earlier_reading', 'kept_here', 'ledger_section',
            'load_earlier_runs']
@@ -83,6 +83,23 @@ TRAINED: Tuple[Batch, ...] = (
                'their lanes freed); the study resumed at 07:41:19, after that stop\'s landing CI (2,525 s), deleted '
                'their folders (train.py cannot resume a partial run) and trained both from the start; never measured '
                'or read: the 48 minutes between 06:53 and 07:41 with no run finishing'),
+    Batch('5', 'first training: its check and its pilot (12 arms x seeds 0-2), 120 epochs', 37, 'lost',
+          note='trained 2026-12-02 13:57 to 19:57 UTC, 410 CPU-min; the machine that held the cache was gone before '
+               'a report had put them in measurements.json. What was written of them is that session\'s closing '
+               'note (stop 67: pooled sd 1.01 pt, every claim out of reach; LookSAM, bSAM seeds 1 and 2 and '
+               'Momentum-SAM seed 1 dropped). The second training repeats every number that note wrote'),
+    Batch('5', 'first training: vit_samon_x2 and vit_wsam_x2 seed 1, stopped part-way (epochs 109 and 103)', 2,
+          'lost', note='their session ended with them in flight; recorded as stopped and trained again from the start '
+                       'in the first training; the record was lost with the cache'),
+    Batch('5', 'its check and its pilot trained again from 2026-12-03 01:47 UTC: the same plan (db05449), the same '
+          '37 jobs', 37, HERE, ((R5_CHECK[0].name, (R5_CHECK[1],)), *((a.name, R5_PILOT_SEEDS) for a in R5_ARMS))),
+    Batch('5', 'vit_bsam_x2 seed 1 and vit_esam_x2 seed 2, stopped part-way (epochs 12 and 4)', 2, 'lost',
+          note='the study was stopped at 04:29 UTC for its session\'s end with them in flight; recorded in this '
+               'file\'s `stopped_runs` (epochs, when last written, why) and trained again from the start; nothing '
+               'of theirs was read'),
+    Batch('5', 'LookSAM diagnosis: the arm\'s first 6 epochs in a plain loop, at alpha 0, 0.1, 0.3 and 0.7, seed 0 '
+          '(looksam_reuse.py, not train.py)', 4, 'looksam_reuse.json beside this measurements.json',
+          note='2.5 CPU-min; read by the report\'s paragraph on why the LookSAM arm stays at chance, by no claim'),
 )
 
 

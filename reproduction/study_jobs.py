@@ -41,7 +41,8 @@ from timm_ext.demo.train_runs import TrainRun, train_command
 
 __all__ = ['FAILED_FILE', 'MEASURE_SCRIPT', 'STOPPED_FILE', 'StudyJob', 'claim_seeds_of', 'decide', 'measured',
            'pilot_decisions', 'plan_jobs', 'record_failed', 'record_stopped', 'regroup_jobs', 'revision_arms',
-           'revision_jobs', 'run_jobs', 'stopped_runs', 'study_jobs', 'train_args', 'trained', 'training', 'write_cpu']
+           'revision_jobs', 'run_jobs', 'stop_key', 'stopped_runs', 'study_jobs', 'train_args', 'trained', 'training',
+           'unique_stops', 'write_cpu']
 
 MEASURE_SCRIPT = Path(__file__).resolve().parent / 'measure_run.py'
 FAILED_FILE = 'timm_ext_failed.json'  # a run whose command failed: why, in its folder (record_failed)
@@ -300,6 +301,19 @@ def record_stopped(runs: Path, run_dir: Path) -> None:
     with open(runs / STOPPED_FILE, 'a') as f:
         f.write(json.dumps(dict(run=run_dir.name, epochs=epochs, last_written=when,
                                 why='stopped: the study was interrupted while it trained; trained again')) + '\n')
+
+
+def stop_key(record: Dict[str, Any]) -> Tuple[str, int]:
+    """What names one stop: the run and the epochs it had finished. Not when its folder was last written: a cache
+    restored on another machine carries the restore's file times, so one stop recorded before and after (by
+    ``keep_runs.py``, then by :func:`record_stopped`) differs only there."""
+    return record['run'], int(record.get('epochs', 0))
+
+
+def unique_stops(records: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """``records`` with each stop once (:func:`stop_key`), the first record of it kept."""
+    seen: set = set()
+    return [x for x in records if not (stop_key(x) in seen or seen.add(stop_key(x)))]
 
 
 def stopped_runs(runs: Path) -> List[Dict[str, Any]]:

@@ -131,3 +131,22 @@ def test_a_report_of_an_earlier_revision_leaves_out_the_runs_kept_of_a_later_one
     assert reproduce._records([kept], later) == dict(failed_runs={'vit-s3': {'why': 'y'}},
                                                      stopped_runs=[{'run': 'vit_sam-s1'}])
     assert len(reproduce._records([kept])['stopped_runs']) == 2
+
+
+def test_one_stop_recorded_before_and_after_a_restore_of_the_cache_is_one_stop(tmp_path):
+    """keep_runs.py records a stopped run while its folder sits in the cache; the study, started again on a cache whose
+    file times are the restore's, records the same stop once more before training it again. Both say the same run
+    and epochs: the kept file, and the report's list, name it once (the first record)."""
+    runs, archive = _study(tmp_path), _archive(tmp_path / 'measurements.json')
+    keep_runs.keep_runs(runs, archive, ARMS)
+    folder = runs / 'vit_sam-s4'
+    _aged(folder, -7200)  # restored: its times are later than the stop
+    study_jobs.record_stopped(runs, folder)
+    assert [x['epochs'] for x in study_jobs.stopped_runs(runs) if x['run'] == 'vit_sam-s4'] == [1]
+    keep_runs.keep_runs(runs, archive, ARMS)
+    kept = json.loads(keep_runs.kept_path(archive).read_text())['stopped_runs']
+    assert [(x['run'], x.get('kept')) for x in kept] == [('vit_sam-s4', True), ('vit_sam-s1', None)]
+    both = [*kept, *study_jobs.stopped_runs(runs)]
+    assert [x['run'] for x in study_jobs.unique_stops(both)] == ['vit_sam-s4', 'vit_sam-s1']
+    again = dict(kept[0], epochs=9)  # the same run stopped later, at another epoch: another stop
+    assert len(study_jobs.unique_stops([*both, again])) == 3
