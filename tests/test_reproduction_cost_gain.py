@@ -105,3 +105,29 @@ def test_an_arm_the_pilot_dropped_is_neither_drawn_nor_on_the_front(tmp_path):
     assert 'LookSAM' not in head and head.count('ViT + ') >= 1
     assert tail.startswith(', and not on the front: the arms the pilot dropped') and 'ViT + LookSAM (k 5) -87.' in tail
     assert any(x.startswith('| ViT + LookSAM (k 5) |') and 'dropped: ' in x for x in lines)  # still in the table
+
+
+def test_the_plot_labels_close_points_without_overlap_and_shares_one_label_at_one_gain():
+    """Revision 5's variants at about 2x AdamW's cost sit within a few hundredths of each other: every label is
+    readable (no two overlap), and points of one mean gain side by side share one label."""
+    pytest.importorskip('matplotlib')
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    pts = [('ViT + GSAM', 1.92, 0.93), ('ViT + ESAM', 1.95, 0.37), ('ViT + SAM-ON', 1.95, 0.65),
+           ('ViT + WSAM', 1.97, 0.65), ('ViT + GC-SAM', 2.02, 0.65), ('ViT + ASAM', 1.99, 1.21),
+           ('ViT + SAM', 1.80, 0.94)]
+    fig, ax = plt.subplots(figsize=(7.5, 5.0))
+    ax.plot([p[1] for p in pts], [p[2] for p in pts], 'o')
+    ax.set_ylim(-3, 4)
+    cost_gain._place_labels(fig, ax, pts)
+    renderer = fig.canvas.get_renderer()
+    texts = {t.get_text(): t for t in ax.texts}
+    assert sorted(texts) == ['ASAM', 'ESAM', 'GSAM', 'SAM', 'SAM-ON, WSAM, GC-SAM']
+    for t in texts.values():
+        t.update_positions(renderer)
+    boxes = [Text.get_window_extent(t, renderer) for t in texts.values()]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close(fig)
