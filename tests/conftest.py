@@ -47,6 +47,16 @@ def offline_scripts(tmp_path, monkeypatch):
     monkeypatch.setattr(timm_scripts, 'probe_url', no_probe)
 
 
+@pytest.fixture
+def eager_kron(monkeypatch):
+    """timm's Kron compiles its preconditioner updates with inductor at its first step (12 s on 2 CPU cores, once per
+    process); a test that steps every timm optimizer under SAM runs Kron's eager path (the module flag it reads)."""
+    import timm.optim.kron as kron
+
+    if hasattr(kron, 'has_dynamo'):
+        monkeypatch.setattr(kron, 'has_dynamo', False)
+
+
 def require_timm_script(path):
     """Skip unless timm's script at ``path`` exists and imports with the installed timm (v1.0.28's needs >= 1.0.28)."""
     from timm_ext.launch.timm_scripts import ScriptError, load_script_parser

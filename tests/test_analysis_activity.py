@@ -6,6 +6,8 @@ import torch.nn as nn
 
 from timm_ext.analysis.activity import active_neuron_fraction
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 
 def test_counts_positive_outputs_of_each_activation():
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 5), nn.GELU())

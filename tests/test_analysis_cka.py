@@ -7,6 +7,8 @@ import torch
 
 from timm_ext.analysis.cka import MinibatchCKA, cka, cka_matrix, hsic_unbiased, linear_kernel
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 
 def hsic_u_statistic(k, l):  # noqa: E741
     """Song et al.'s HSIC_1 as the U-statistic over ordered 4-tuples of distinct indices (the definition)."""

@@ -14,6 +14,8 @@ from timm_ext.analysis.fourier import (
     normalized_frequencies,
 )
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 EPS = 1e-6
 
 

@@ -21,6 +21,8 @@ from timm_ext.analysis.hessian import (
     spectrum_density_on_grid,
 )
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 
 def tiny_mlp():
     torch.manual_seed(0)

@@ -7,6 +7,8 @@ import torch.nn.functional as F
 
 from timm_ext.analysis.landscape import filter_normalized_direction, loss_landscape_1d, loss_landscape_2d
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 
 def tiny_vit():
     return timm.create_model('vit_tiny_patch16_224', img_size=16, patch_size=4, depth=1, embed_dim=16, num_heads=2,

@@ -9,6 +9,8 @@ import torch.nn as nn
 import timm_ext  # noqa: F401 (registers AlterNet)
 from timm_ext.analysis.lesion import lesion_study, lesion_units, top1_accuracy
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 
 def tiny_vit():
     return timm.create_model('vit_tiny_patch16_224', img_size=16, patch_size=4, depth=2, embed_dim=16, num_heads=2,

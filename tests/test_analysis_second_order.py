@@ -19,6 +19,8 @@ from timm_ext.analysis._second_order import (
 )
 from timm_ext.analysis.hessian import HessianOperator, hessian_context
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 f64 = dict(dtype=torch.float64)
 
 

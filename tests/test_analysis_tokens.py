@@ -1,8 +1,11 @@
 """Token cosine similarity (scaled-ReLU paper Eq. 5) against a loop over token pairs."""
+import pytest
 import timm
 import torch
 
 from timm_ext.analysis.tokens import cosine_similarity_tokens, token_cosine_similarity
+
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
 
 TINY = dict(img_size=16, patch_size=4, depth=2, embed_dim=32, num_heads=2, num_classes=10)
 

@@ -8,6 +8,8 @@ from timm_ext.layers import CBMlp
 from timm_ext.models import add_context_broadcast
 from timm_ext.models.cb_retrofit import fill_missing_cb_scales, resolve_cb_layers
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 
 def _tiny_vit():
     return timm.create_model('vit_tiny_patch16_224', img_size=32, depth=4).eval()

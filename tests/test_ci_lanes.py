@@ -1,14 +1,17 @@
 """.ci/run's lanes: every test runs in some lane, docs/compatibility.md lists what each lane leaves out, and a test
-marked ``timm_free`` that calls timm fails (tests/_timm_free.py)."""
+marked ``timm_free`` that calls timm, or ``timm_models_only`` that calls a release-bound part, fails
+(tests/_timm_free.py)."""
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from _lanes import ROOT, Lane, lanes, left_out, mark_expression_holds
-from _timm_free import MARK, TimmCallWatch
+from _timm_free import MARK, MODELS_MARK, TimmCallWatch
 
 COMPATIBILITY = ROOT / 'docs' / 'compatibility.md'
 BEGIN, END = '<!-- lanes: begin -->', '<!-- lanes: end -->'
@@ -19,10 +22,21 @@ VERSION_BOUND = re.compile(r'_timm_train|TRAIN_PY|VALIDATE_PY|train\.py|validate
                            r'timm\.__version__|_timm_compat|_timm_backports|timm\.task|default_registry|_optim_factory')
 
 
+def _whole_suite(config) -> bool:
+    """Whether this pytest collected the whole suite: tests/ (or nothing) named, no -m, -k or --deselect."""
+    named = [Path(a.split('::')[0]).resolve() for a in config.args] or [ROOT / 'tests']
+    option = config.option
+    return named == [ROOT / 'tests'] and not (option.markexpr or option.keyword or option.deselect)
+
+
 @pytest.fixture(scope='module')
-def collected(tmp_path_factory):
-    """Every test of the suite and its marks, as pytest collects them (a child pytest, --collect-only)."""
-    path = tmp_path_factory.mktemp('marks') / 'marks.jsonl'
+def collected(request):
+    """Every test of the suite and its marks: as this pytest collected them when it collected the whole suite (each
+    pytest-xdist worker collects all of it, as .ci/run's newest lane runs it), else from a child pytest
+    (--collect-only)."""
+    if _whole_suite(request.config):
+        return {item.nodeid: frozenset(m.name for m in item.iter_markers()) for item in request.session.items}
+    path = Path(tempfile.mkdtemp()) / 'marks.jsonl'
     env = dict(os.environ, TIMM_EXT_COLLECTED_MARKS=str(path), PYTEST_ADDOPTS='')
     env.pop('PYTEST_XDIST_WORKER', None)
     done = subprocess.run([sys.executable, '-m', 'pytest', 'tests', '--collect-only', '-q', '-p', 'no:cacheprovider'],
@@ -57,6 +71,7 @@ def test_the_lanes_are_read_from_the_scripts_ci_runs():
         assert lane.runs('tests/test_sam.py::test_x', frozenset())
         assert not lane.runs('tests/test_sam.py::test_x', frozenset({'slow'}))
         assert not lane.runs('tests/test_sam.py::test_x', frozenset({MARK}))
+        assert not lane.runs('tests/test_sam.py::test_x', frozenset({MODELS_MARK}))
     floor = by_name['floor']
     assert floor.runs('tests/test_models.py::test_x[vit_small_cb]', frozenset({'slow'}))
     assert not floor.runs('tests/test_sam.py::test_x', frozenset())
@@ -104,12 +119,14 @@ def test_compatibility_doc_lists_what_each_lane_leaves_out(collected):
                                  f'{BEGIN} and {END}:\n{expected}')
 
 
-def test_a_module_marked_timm_free_names_nothing_bound_to_the_timm_release():
-    marked = [p for p in sorted((ROOT / 'tests').glob('test_*.py')) if f'pytest.mark.{MARK}' in p.read_text()]
-    assert len(marked) >= 20, marked  # the marks this test guards are there
+def test_a_module_marked_timm_free_or_models_only_names_nothing_bound_to_the_timm_release():
+    marked = [p for p in sorted((ROOT / 'tests').glob('test_*.py'))
+              if f'pytest.mark.{MARK}' in p.read_text() or f'pytest.mark.{MODELS_MARK}' in p.read_text()]
+    assert len(marked) >= 35, marked  # the marks this test guards are there
     bound = {p.name: sorted(set(VERSION_BOUND.findall(p.read_text()))) for p in marked if p.name != 'test_ci_lanes.py'}
     assert not {k: v for k, v in bound.items() if v}, (
-        f'modules marked {MARK} that name something of the timm release (the release lanes must run them): '
+        f'modules marked {MARK} or {MODELS_MARK} that name something of the timm release (the release lanes must '
+        f'run them): '
         f'{ {k: v for k, v in bound.items() if v} }')
 
 
@@ -159,3 +176,29 @@ def test_unmarked_calls_timm():
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([f"*test_calls_timm is marked {MARK} (the release lanes leave it out) but called "
                                  "timm's list_models() (timm/models/_registry.py:*): remove the mark*"])
+
+
+def test_a_models_only_test_that_calls_a_release_bound_part_fails_with_the_call_named(pytester):
+    pytester.makeconftest(f'import sys; sys.path.insert(0, {str(ROOT / "tests")!r})\n'
+                          'from _timm_free import register\n'
+                          'def pytest_configure(config):\n    register(config)\n')
+    pytester.makeini(f'[pytest]\nmarkers =\n    {MODELS_MARK}: x\n')
+    pytester.makepyfile(test_marked='''
+import pytest
+import timm
+import torch
+from timm.optim import create_optimizer_v2
+
+pytestmark = pytest.mark.timm_models_only
+
+def test_builds_and_runs_a_model():
+    model = timm.create_model('resnet10t', num_classes=3)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 3)
+
+def test_builds_an_optimizer():
+    create_optimizer_v2(torch.nn.Linear(2, 2), 'adamw')
+''')
+    result = pytester.runpytest_subprocess('-q', '-p', 'no:cacheprovider')
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([f"*test_builds_an_optimizer is marked {MODELS_MARK} (the release lanes leave it out) "
+                                 "but called timm's create_optimizer_v2() (timm/optim/_optim_factory.py:*"])

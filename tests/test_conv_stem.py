@@ -11,6 +11,8 @@ from timm.layers import PatchEmbed
 
 from timm_ext.layers import STEM_VARIANTS, ConvStemPatchEmbed, resolve_stem
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 HIDDEN, EMBED, PATCH, IMG = 64, 24, 16, 64
 
 # Paper rows -> variant names. Table 2 (DeiT-S/DINO/VOLO), Table 3 (stride (2,2,2,2)), Table 5 (GELU).

@@ -1,8 +1,11 @@
+import pytest
 import timm
 import torch
 
 import timm_ext  # noqa: F401
 from timm_ext.layers import CBMlp
+
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
 
 
 def test_mixer_s16_cb_params_match_paper_table_11():

@@ -15,6 +15,8 @@ from timm.models import model_entrypoint
 import timm_ext  # noqa: F401
 from timm_ext.layers.window_attention import windows_to_raster_rows
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 ALTERNET_SMALL = dict(channels=(16, 32, 64, 128), num_heads=(1, 1, 2, 2), head_dim=8)
 # (family = the timm_ext.models module that registers it, model, input side, create_model kwargs)
 CASES = [

@@ -10,6 +10,8 @@ import timm_ext  # noqa: F401
 from timm_ext.catalog import FAMILIES, list_timm_ext_models
 from timm_ext.papers import PAPERS, paper_cfg
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 PAPER_VALUES = Path(timm_ext.__file__).parent / '_data' / 'paper_values'  # read by timm_ext.recipes
 
 

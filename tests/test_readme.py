@@ -15,6 +15,8 @@ import torch
 from _markdown import split_fences
 from timm.models import model_entrypoint
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / 'README.md'
 DOCS = sorted((ROOT / 'docs').rglob('*.md'))

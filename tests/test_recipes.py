@@ -17,6 +17,7 @@ import pytest
 import timm
 import torch
 import yaml
+from _cli import train_py_argv
 from _sam_settings_cases import BAD, GOOD, case_id, factory_error
 from _threads import child_threads
 from _timm_train import GIVEN as TIMM_TRAIN_GIVEN
@@ -145,9 +146,10 @@ def _run_train(tmp_path: Path, recipe: dict, *args: str) -> subprocess.Completed
     env = dict(os.environ, HF_HUB_OFFLINE='1', SAM_PROBE_OUT=str(tmp_path / 'probe.json'),
                PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO), os.environ.get('PYTHONPATH', '')]),
                OMP_NUM_THREADS=child_threads())
-    cmd = [sys.executable, str(TRAIN_PY), '-c', str(recipe_path), '--data-dir', str(tmp_path / 'data'),
+    # --workers 0 as the demo runs train.py: through timm-ext's runner on the releases whose create_loader needs it
+    cmd = [sys.executable, *train_py_argv(TRAIN_PY), '-c', str(recipe_path), '--data-dir', str(tmp_path / 'data'),
            '--model', 'test_resnet', '--num-classes', '2', '--img-size', '32', '--batch-size', '4',
-           '--device', 'cpu', '--workers', '1', '--warmup-epochs', '0', '--log-interval', '1',
+           '--device', 'cpu', '--workers', '0', '--warmup-epochs', '0', '--log-interval', '1',
            '--output', str(tmp_path / 'out'), '--checkpoint-hist', '1', *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
@@ -247,11 +249,11 @@ def test_sam_settings_beside_the_other_opt_kwargs_checks(parser):
         "with TypeError): rho is a SAM setting; for SAM write opt: samadamw, else drop rho"]
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not TRAIN_PY.is_file(), reason=f'timm train.py not found at {TRAIN_PY} (set TIMM_EXT_TIMM_TRAIN)')
 @pytest.mark.skipif(TRAIN_PY_TOO_NEW, reason=f'the default train.py is timm v1.0.28\'s and needs timm >= 1.0.28 '
                     f'(installed {timm.__version__}); set TIMM_EXT_TIMM_TRAIN to the train.py of your timm version')
 def test_sam_runs_in_real_train_py_and_resumes(tmp_path):
+    """Not slow: every lane runs it, the release lanes with their release's train.py (what their demo proved)."""
     make_image_folder(tmp_path / 'data')
     (tmp_path / 'sam_probe.py').write_text(PROBE)
     recipe = yaml.safe_load(EXAMPLE.read_text())

@@ -85,7 +85,7 @@ _TIMM_OPTIMIZERS = [name for name in list_optimizers() if not isinstance(get_opt
 
 
 @pytest.mark.parametrize('name', _TIMM_OPTIMIZERS)
-def test_every_timm_optimizers_own_state_loads_into_sam_over_it(name):
+def test_every_timm_optimizers_own_state_loads_into_sam_over_it(name, eager_kron):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         model = _model()

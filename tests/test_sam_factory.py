@@ -292,7 +292,7 @@ def test_sam_bases_cover_timm_optimizers():
 
 
 @pytest.mark.parametrize('base', [b for b in list_sam_bases() if not b.startswith(('fused', 'bnb'))])  # CUDA-only
-def test_any_timm_base_steps_under_sam(base):
+def test_any_timm_base_steps_under_sam(base, eager_kron):
     model = _model()
     x, y = _batch()
     opt = create_optimizer_v2(model, 'sam', base=base, lr=1e-2, weight_decay=0.01, rho=0.05)

@@ -19,6 +19,8 @@ from timm_ext.layers.small_map_conv import (
     small_map_autotune_enabled,
 )
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 CL = torch.channels_last
 
 # (in, out, kernel, stride, padding, dilation, groups, bias, map side)

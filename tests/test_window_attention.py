@@ -16,6 +16,8 @@ from timm_ext.layers.window_attention import (
     windows_to_raster_rows,
 )
 
+pytestmark = pytest.mark.timm_models_only  # calls timm only in its models: not in the release lanes (_timm_free.py)
+
 
 def _bias_from_table(table: torch.Tensor, ws: int) -> torch.Tensor:
     """bias[q, k] = table[(r_q - r_k + ws - 1) * (2 ws - 1) + (c_q - c_k + ws - 1)], tokens row-major."""

@@ -33,7 +33,9 @@ fi
 
 # the names timm-ext registers: timm's optimizer registry, entries whose class is one of timm_ext's SAM classes or
 # MESA; those with a second pass (SAM's but Momentum-SAM's) also in timm_ext_two_pass.txt, MESA's in
-# timm_ext_task_only.txt
+# timm_ext_task_only.txt. A name is a family (its prefix: sam, asam, gsam, ..., mesa, bsam) around a base optimizer
+# of timm (adamw, lamb, ...); timm_ext_cover.txt holds a few names that between them take every family and every
+# base, each family also as its bare name (factory form, base=), and timm_ext_family.txt the first name of each family
 "$py" -W ignore -c '
 import sys
 
@@ -41,16 +43,41 @@ from timm.optim import get_optimizer_info, list_optimizers
 
 from timm_ext.optim import MESA, SAM, MomentumSAM
 
+ours = {}  # name -> (family, base)
+refusing = set()  # MESA steps in no test that takes a base (no task): a base goes to another family
 with open(sys.argv[1], "w") as names, open(sys.argv[2], "w") as two_pass, open(sys.argv[3], "w") as task_only:
     for name in list_optimizers():
-        cls = get_optimizer_info(name).opt_class
+        info = get_optimizer_info(name)
+        cls = info.opt_class
         if isinstance(cls, type) and issubclass(cls, (SAM, MESA)):
             print(name, file=names)
             if issubclass(cls, MESA):
                 print(name, file=task_only)
+                refusing.add(name)
             elif not issubclass(cls, MomentumSAM):
                 print(name, file=two_pass)
-' "$work/timm_ext_names.txt" "$work/timm_ext_two_pass.txt" "$work/timm_ext_task_only.txt"
+            base = (info.defaults or {}).get("base")
+            named = base is not None and name.endswith(base) and name != base and len(name) > len(base)
+            ours[name] = (name[:-len(base)] if named else name, base if named else None)
+families = sorted({family for family, _ in ours.values()})
+not_run = refusing | {"msamlion"}  # test_optim_factory[msamlion] is not run (the plugin below says why)
+cover = [n for n in ours if ours[n][1] is None]  # the bare names: one per family, base= (bsam has no base)
+uses = {family: 0 for family in families}
+for base in sorted({b for _, b in ours.values() if b is not None}):  # each base once, around the least used family
+    name = min((n for n in ours if ours[n][1] == base and n not in not_run), key=lambda n: (uses[ours[n][0]], n))
+    cover.append(name)
+    uses[ours[name][0]] += 1
+for family in families:  # a family no base went to, around one base
+    around = [n for n in ours if ours[n][0] == family and ours[n][1] and n not in not_run]
+    if not uses[family] and around:
+        cover.append(min(around))
+with open(sys.argv[4], "w") as f:
+    f.writelines(n + "\n" for n in cover)
+with open(sys.argv[5], "w") as f:
+    f.writelines(min((n for n in ours if ours[n][0] == family), key=lambda n: (ours[n][1] is not None, n)) + "\n"
+                 for family in sorted(families))
+' "$work/timm_ext_names.txt" "$work/timm_ext_two_pass.txt" "$work/timm_ext_task_only.txt" "$work/timm_ext_cover.txt" \
+  "$work/timm_ext_family.txt"
 
 # a pytest plugin beside the file (the folder the tests run from is on sys.path)
 cat > "$work/timm_ext_select.py" << 'PLUGIN'
@@ -113,6 +140,13 @@ DESELECTED = [
      'others (at rho 0.3 it does on every draw tried), so its outcome is chance'),
 ]
 DESELECTED_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'timm_ext_deselected.txt')
+# fewer names where more prove nothing more (docs/compatibility.md#timms-own-optimizer-tests): a release lane
+# (TIMM_EXT_OPTIM_SUBSET=cover) runs the names of timm_ext_cover.txt, every family and every base of timm between
+# them; a refusal by design (SAM's step() without a closure, MESA's without a task) comes from the family's code before
+# any base runs, so every lane runs those tests for one name per family (timm_ext_family.txt)
+COVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'timm_ext_cover.txt')
+FAMILY = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'timm_ext_family.txt')
+THINNED_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'timm_ext_thinned.txt')
 
 
 def one_pass_exception(item):
@@ -134,15 +168,27 @@ def pytest_collection_modifyitems(config, items):
         two_pass = set(f.read().split())
     with open(TASK_ONLY) as f:
         task_only = set(f.read().split())  # Momentum-SAM steps on hand-set gradients as any one-pass optimizer
+    with open(COVER) as f:
+        cover = set(f.read().split())
+    with open(FAMILY) as f:
+        family = set(f.read().split())
+    covering = os.environ.get('TIMM_EXT_OPTIM_SUBSET') == 'cover'
     registry = set(list_optimizers())
     registry |= {f'lookahead_{name}' for name in registry}  # timm's factory takes a lookahead_ prefix on any name
     everything = os.environ.get('TIMM_EXT_OPTIM_ALL') == '1'
-    keep, drop = [], []
+    keep, drop, thinned = [], [], {'cover': 0, 'family': 0}
     for item in items:
         params = set(item.name.partition('[')[2].rstrip(']').split('-'))  # e.g. test_optimizer_copy[samadamw-pickle]
-        if params & two_pass and item.originalname in STEP_WITHOUT_CLOSURE:
+        refused = params & two_pass and item.originalname in STEP_WITHOUT_CLOSURE
+        no_task = params & task_only and item.originalname not in NEEDS_NO_TASK
+        if not everything and params & ours and (covering and not params & cover
+                                                 or (refused or no_task) and not params & family):
+            thinned['cover' if covering and not params & cover else 'family'] += 1
+            drop.append(item)
+            continue
+        if refused:
             item.add_marker(REFUSED)
-        elif params & task_only and item.originalname not in NEEDS_NO_TASK:
+        elif no_task:
             item.add_marker(NO_TASK)
         elif params & (ours - two_pass - task_only) and one_pass_exception(item):
             item.add_marker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=one_pass_exception(item)))
@@ -156,6 +202,8 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    with open(THINNED_FILE, 'w') as f:
+        print(thinned['cover'], thinned['family'], file=f)
 PLUGIN
 select=(-p timm_ext_select)  # with TIMM_EXT_OPTIM_ALL=1 it deselects nothing (timm's own optimizers too)
 
@@ -200,13 +248,23 @@ print(f'== optim lane, timm {version}: {count(outcomes, "passed")} passed, {coun
       f'{count(ours, "refused")} refused or exempt by design (SAM\'s step() without a closure: NoSecondPassError; '
       f'MESA\'s without a task; Momentum-SAM\'s listed properties) of {len(ours)} '
       f'({len(covered)} of the {len(names)} names timm-ext registers); {seconds} s')
+with open(os.path.join(os.path.dirname(report), 'timm_ext_thinned.txt')) as f:
+    by_cover, by_family = map(int, f.read().split())
+if by_cover or by_family:
+    print(f'optim lane: not run, {by_cover} tests of names whose families and bases other names take '
+          f'(timm_ext_cover.txt) and {by_family} refusals by design of names whose family another name refuses for '
+          f'(timm_ext_family.txt)')
 deselected = os.path.join(os.path.dirname(report), 'timm_ext_deselected.txt')
 if os.path.exists(deselected):
     with open(deselected) as f:
         for line in sorted(set(f.read().splitlines())):
             print(f'optim lane: not run, {line}')
-if names - covered:
-    print(f'optim lane: no test of timm {version} names {" ".join(sorted(names - covered))}')
+expected = names
+if by_cover:  # a release lane: the names of timm_ext_cover.txt
+    with open(os.path.join(os.path.dirname(report), 'timm_ext_cover.txt')) as f:
+        expected = names & set(f.read().split())
+if expected - covered:
+    print(f'optim lane: no test of timm {version} names {" ".join(sorted(expected - covered))}')
 if not ours:
     sys.exit(f'optim lane: timm {version}\'s test_optim.py ran no test naming an optimizer timm-ext registers')
 if int(rc) or count(outcomes, 'failed'):

@@ -3,11 +3,13 @@
 # timm==VERSION in a virtualenv over MAIN_VENV's packages (the same torch, timm-ext from this clone), with that
 # release's own train.py and validate.py from ../shared: `timm-ext doctor`, `timm-ext demo --quick` (unless
 # TIMM_EXT_LANE_DEMO=0), then the project's whole suite with that release's scripts, but its slow tests and those
-# that call no timm code (`-m "not slow and not timm_free"`, tests/_timm_free.py: the newest-timm lane runs them).
+# that call no timm code or timm's models only (`-m "not slow and not timm_free and not timm_models_only"`,
+# tests/_timm_free.py: the newest-timm lane runs them; tests/test_models.py, the model contract, runs here).
 # A skip that would hide the release (a script not found or not of this timm, a test that needs another timm)
 # fails the lane; the skips of a CPU machine (CUDA, an accelerator, inductor's opt-in) are listed and allowed.
-# Then, with this timm still in the lane's virtualenv, timm's own tests/test_optim.py of this release
-# (.ci/lanes/timm_optim.sh, which times itself).
+# Then, with this timm still in the lane's virtualenv, timm's own tests/test_optim.py of this release over names of
+# timm-ext's that take every family and every base optimizer between them (.ci/lanes/timm_optim.sh, which times
+# itself; the newest lane runs every name).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 version="$1"
@@ -37,8 +39,8 @@ if [ "${TIMM_EXT_LANE_DEMO:-1}" = 1 ]; then
   "$py" -m timm_ext demo --quick --no-progress --timm-train "$scripts" --output "$(mktemp -d)/demo"
 fi
 log="$(mktemp)"
-TIMM_EXT_TIMM_TRAIN="$scripts/train.py" "$py" -m pytest tests -q -rs -p no:cacheprovider -m "not slow and not timm_free" \
-  -n "${TIMM_EXT_CI_WORKERS:-auto}" | tee "$log"
+TIMM_EXT_TIMM_TRAIN="$scripts/train.py" "$py" -m pytest tests -q -rs -p no:cacheprovider \
+  -m "not slow and not timm_free and not timm_models_only" -n "${TIMM_EXT_CI_WORKERS:-auto}" | tee "$log"
 hidden=$(grep -E '^SKIPPED' "$log" | grep -iE 'TIMM_EXT_TIMM_TRAIN|script not found|train.py not found|needs timm|installed timm|pip could not' \
   || true)
 if [ -n "$hidden" ]; then
@@ -46,4 +48,4 @@ if [ -n "$hidden" ]; then
   echo "lane timm $version: the tests above skipped for a reason that hides this release; every one must run" >&2
   exit 1
 fi
-bash .ci/lanes/timm_optim.sh "$lane"
+TIMM_EXT_OPTIM_SUBSET=cover bash .ci/lanes/timm_optim.sh "$lane"
