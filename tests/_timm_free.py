@@ -36,6 +36,8 @@ _TIMM_EXT_DIR = os.path.dirname(os.path.abspath(timm_ext.__file__)) + os.sep
 # where a child process starts, in Python code (sys.settrace sees no C call such as os.system)
 _CHILD_CODES = {subprocess.Popen._execute_child.__code__, popen_fork.Popen._launch.__code__,
                 popen_spawn_posix.Popen._launch.__code__}
+# the files whose frames the watch looks at: timm's, timm-ext's, and those where a child process starts
+_WATCHED = tuple({_TIMM_DIR, _TIMM_EXT_DIR, *(c.co_filename for c in _CHILD_CODES)})
 # the parts of timm a timm_models_only test may call: its models and layers, but how it loads weights
 _MODEL_DIRS = tuple(_TIMM_DIR + d + os.sep for d in ('models', 'layers'))
 _LOADING = tuple(_TIMM_DIR + os.path.join('models', f) for f in ('_hub.py', '_helpers.py'))
@@ -85,8 +87,9 @@ class TimmCallWatch:
 
     def _trace(self, frame, event, arg):
         """sys.settrace's global function: called at each new Python frame only (not per C call or line, as it
-        returns None), which keeps the watch to a fraction of a marked test's time."""
-        if self.first_bound is None or self.first is None:
+        returns None); one prefix test lets the frames of torch and the rest go, which keeps the watch to a
+        fraction of a marked test's time."""
+        if frame.f_code.co_filename.startswith(_WATCHED) and (self.first_bound is None or self.first is None):
             code = frame.f_code
             if code in _CHILD_CODES:
                 self.first = self.first or self._name(code)
