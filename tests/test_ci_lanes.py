@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,7 @@ def collected(request):
     (--collect-only)."""
     if _whole_suite(request.config):
         return {item.nodeid: frozenset(m.name for m in item.iter_markers()) for item in request.session.items}
-    path = Path(tempfile.mkdtemp()) / 'marks.jsonl'
+    path = request.getfixturevalue('tmp_path_factory').mktemp('marks') / 'marks.jsonl'
     env = dict(os.environ, TIMM_EXT_COLLECTED_MARKS=str(path), PYTEST_ADDOPTS='')
     env.pop('PYTEST_XDIST_WORKER', None)
     done = subprocess.run([sys.executable, '-m', 'pytest', 'tests', '--collect-only', '-q', '-p', 'no:cacheprovider'],
