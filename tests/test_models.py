@@ -12,7 +12,7 @@ import copy
 import fnmatch
 import functools
 import warnings
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import pytest
 import timm
@@ -36,10 +36,35 @@ _SLOW = ('vit_base_*', 'alternet_101*', 'alternet_152*', 'volo_d1_convstem', 'sw
 SCRIPT_WARNING = 'ignore:`torch.jit.script` is deprecated:FutureWarning'
 
 
+# sizes of one architecture in our names, smallest first: a name with a later size is the larger sibling of the name
+# with the group's first size (alternet_18/34 have basic blocks, 50/101/152 bottlenecks: two groups)
+_SIZES = (('tiny', 'small', 'base'), ('18', '34'), ('50', '101', '152'), ('s8', 'b8'))
+
+
+def _sibling_of(name: str) -> Optional[str]:
+    """The smallest registered model of ``name``'s architecture when ``name`` is a larger size of it, else None.
+    test_a_larger_sibling_has_the_classes_of_the_model_that_runs checks that the two are built of the same classes."""
+    tokens = name.split('_')
+    for i, token in enumerate(tokens):
+        for sizes in _SIZES:
+            if token in sizes[1:]:
+                smallest = '_'.join(tokens[:i] + [sizes[0]] + tokens[i + 1:])
+                return smallest if smallest in TIMM_EXT_MODELS else None
+    return None
+
+
+LARGER_SIBLINGS = {n: s for n in TIMM_EXT_MODELS if (s := _sibling_of(n))}
+
+
 def _params(names):
-    """Model names as pytest params, the largest ones marked slow."""
-    return [pytest.param(n, marks=pytest.mark.slow) if any(fnmatch.fnmatch(n, p) for p in _SLOW) else n
-            for n in names]
+    """Model names as pytest params, the largest ones marked slow, the larger siblings ``larger_sibling`` (the
+    release and floor lanes of .ci/run run the contract on the smallest of each architecture, the newest on all)."""
+    params = []
+    for n in names:
+        marks = [pytest.mark.slow] if any(fnmatch.fnmatch(n, p) for p in _SLOW) else []
+        marks += [pytest.mark.larger_sibling] if n in LARGER_SIBLINGS else []
+        params.append(pytest.param(n, marks=marks))
+    return params
 
 
 def create_small(name: str, **kwargs) -> Tuple[torch.nn.Module, Tuple[int, int, int]]:
@@ -108,6 +133,20 @@ def contract(request) -> _Contract:
 def _only(outputs: Dict[str, torch.Tensor]) -> torch.Tensor:
     assert len(outputs) == 1
     return next(iter(outputs.values()))
+
+
+def test_a_larger_sibling_has_the_classes_of_the_model_that_runs():
+    """What makes a size a sibling: the same model class built of the same module classes (more or wider blocks), so
+    the lanes that leave the larger out still run every class's code through the contract."""
+    assert len(LARGER_SIBLINGS) == 21 and set(LARGER_SIBLINGS.values()).isdisjoint(LARGER_SIBLINGS)
+
+    def classes(name):
+        model = timm.create_model(name, device='meta')
+        return type(model), {type(m) for m in model.modules()}
+
+    for larger, smallest in LARGER_SIBLINGS.items():
+        assert classes(larger) == classes(smallest), (larger, smallest)
+    assert classes('alternet_34') != classes('alternet_50')  # basic blocks, bottlenecks: no siblings
 
 
 def test_every_family_has_a_small_input():
@@ -235,14 +274,15 @@ _TIMM_RESETS_LIKE_MODEL = Version(timm.__version__).release >= (1, 0, 29)
 
 def _one_per_family(names):
     """The names as params, all but the first quick one of each family (entrypoint module; each of hdvw_baselines'
-    names is a class of its own) marked slow."""
+    names is a class of its own) marked slow, the larger siblings also ``larger_sibling``."""
     seen, params = set(), []
     for name in names:
         module = model_entrypoint(name).__module__
         family = name if module.endswith('hdvw_baselines') else module
         slow = any(fnmatch.fnmatch(name, p) for p in _SLOW) or family in seen
         seen |= set() if slow else {family}
-        params.append(pytest.param(name, marks=pytest.mark.slow) if slow else name)
+        marks = ([pytest.mark.slow] if slow else []) + ([pytest.mark.larger_sibling] if name in LARGER_SIBLINGS else [])
+        params.append(pytest.param(name, marks=marks))
     return params
 
 
@@ -356,7 +396,8 @@ def test_all_cb_models_are_registered_and_listed():
     assert len(CB_MODELS) == 11
 
 
-@pytest.mark.parametrize('name', CB_MODELS)
+@pytest.mark.parametrize('name', [pytest.param(n, marks=[pytest.mark.larger_sibling] if n in LARGER_SIBLINGS else [])
+                                  for n in CB_MODELS])
 def test_create_forward_backward_and_pretrained_cfg(name):
     model = timm.create_model(name, img_size=IMG, num_classes=7)
     out = model(_x())

@@ -207,11 +207,13 @@ def pytest_collection_modifyitems(config, items):
 PLUGIN
 select=(-p timm_ext_select)  # with TIMM_EXT_OPTIM_ALL=1 it deselects nothing (timm's own optimizers too)
 
-echo "+ (cd $work && python -m pytest -p timm_ext ${select[*]} -q --tb=short -p no:cacheprovider -n auto test_optim.py)"
+echo "+ (cd $work && python -m pytest -p timm_ext ${select[*]} -q --tb=short -p no:cacheprovider -n auto --dist worksteal test_optim.py)"
 rc=0
-# pytest-xdist over the cores (in the test extra), one torch thread per worker: timm's tensors here are tiny
+# pytest-xdist over the cores (in the test extra), one torch thread per worker: timm's tensors here are tiny; a worker
+# that runs out of tests takes some of the other's (--dist worksteal): Momentum-SAM's foreach-parity tests (5-8 s each,
+# Dynamo tracing its step) come last in a row, and xdist's default left them to one worker, the other core idle
 (cd "$work" && OMP_NUM_THREADS=1 "$py" -m pytest -p timm_ext "${select[@]}" -q --tb=short -p no:cacheprovider \
-  -n "${TIMM_EXT_CI_WORKERS:-auto}" --junitxml="$work/report.xml" test_optim.py) || rc=$?
+  -n "${TIMM_EXT_CI_WORKERS:-auto}" --dist worksteal --junitxml="$work/report.xml" test_optim.py) || rc=$?
 
 "$py" - "$work/report.xml" "$work/timm_ext_names.txt" "$version" "$((SECONDS - lane_started))" "$rc" << 'SUMMARY'
 import os

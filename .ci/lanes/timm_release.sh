@@ -3,8 +3,9 @@
 # timm==VERSION in a virtualenv over MAIN_VENV's packages (the same torch, timm-ext from this clone), with that
 # release's own train.py and validate.py from ../shared: `timm-ext doctor`, `timm-ext demo --quick` (unless
 # TIMM_EXT_LANE_DEMO=0), then the project's whole suite with that release's scripts, but its slow tests and those
-# that call no timm code or timm's models only (`-m "not slow and not timm_free and not timm_models_only"`,
-# tests/_timm_free.py: the newest-timm lane runs them; tests/test_models.py, the model contract, runs here).
+# that call no timm code or timm's models only, and the model contract's larger sizes of an architecture
+# (`-m "not slow and not timm_free and not timm_models_only and not larger_sibling"`, tests/_timm_free.py,
+# tests/test_models.py: the newest-timm lane runs them; the model contract on the smallest of each runs here).
 # A skip that would hide the release (a script not found or not of this timm, a test that needs another timm)
 # fails the lane; the skips of a CPU machine (CUDA, an accelerator, inductor's opt-in) are listed and allowed.
 # Then, with this timm still in the lane's virtualenv, timm's own tests/test_optim.py of this release over names of
@@ -40,7 +41,7 @@ if [ "${TIMM_EXT_LANE_DEMO:-1}" = 1 ]; then
 fi
 log="$(mktemp)"
 TIMM_EXT_TIMM_TRAIN="$scripts/train.py" "$py" -m pytest tests -q -rs -p no:cacheprovider \
-  -m "not slow and not timm_free and not timm_models_only" -n "${TIMM_EXT_CI_WORKERS:-auto}" | tee "$log"
+  -m "not slow and not timm_free and not timm_models_only and not larger_sibling" -n "${TIMM_EXT_CI_WORKERS:-auto}" | tee "$log"
 hidden=$(grep -E '^SKIPPED' "$log" | grep -iE 'TIMM_EXT_TIMM_TRAIN|script not found|train.py not found|needs timm|installed timm|pip could not' \
   || true)
 if [ -n "$hidden" ]; then
