@@ -3,12 +3,11 @@
 The entry point (:func:`timm_ext.demo.run_demo`) through the command line: where everything is, the
 errors, a failed run. Its pieces have their own tests: the runs (``test_demo_runs.py``), the report
 (``test_demo_report.py``), the runner and its progress (``test_demo_runner.py``, ``test_demo_progress.py``)
-and the train.py runs as data (``test_demo_train_runs.py``). The end-to-end test runs ``timm-ext demo --quick
---epochs 1`` with train.py from TIMM_EXT_TIMM_TRAIN (default ../shared/timm-train/v1.0.28) and skips with the
-reason when it is absent.
+and the train.py runs as data (``test_demo_train_runs.py``). End to end, ``timm-ext demo --quick`` with train.py
+from TIMM_EXT_TIMM_TRAIN (default ../shared/timm-train/v1.0.28) runs in
+``test_demo_builtin_loop.py::test_both_routes_give_the_same_numbers_epoch_by_epoch``, beside the built-in loop's run
+of the same demo, and skips with the reason when train.py is absent.
 """
-import csv
-import json
 from pathlib import Path
 
 import pytest
@@ -58,45 +57,6 @@ def test_missing_train_py_is_one_line_before_anything_is_written(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and 'nowhere' in err
     assert not (tmp_path / 'o').exists()
-
-
-@pytest.mark.slow
-def test_quick_demo_end_to_end(tmp_path, capsys, monkeypatch):
-    require_timm_script(TRAIN_PY)
-    monkeypatch.setenv('TIMM_EXT_TIMM_TRAIN', str(TRAIN_PY))
-    out = tmp_path / 'demo'
-    code = main(['demo', '--quick', '--epochs', '1', '--output', str(out), '--data-root', str(tmp_path / 'data'),
-                 '--no-progress'])
-    stdout = capsys.readouterr().out
-    assert code == 0, stdout
-    data = tmp_path / 'data' / 'digits_16px_val0.2_seed0'
-    lines = stdout.splitlines()
-    # where everything is, before training starts
-    assert lines[0] == f'data:    {data} (1438 training, 359 validation images, 16 px)'
-    assert lines[1] == f'output:  {out}'
-    assert lines[2].startswith('runs:    2 train.py runs of 1 epoch (vit, full), ')
-    summary = json.loads((out / 'summary.json').read_text())
-    assert [r['name'] for r in summary['runs']] == ['vit', 'full']
-    assert summary['data'] == str(data) and summary['epochs'] == 1 and summary['train_images'] == 1438
-    table = [line for line in lines if line.startswith('| ViT')]
-    assert len(table) == 2
-    for run, row in zip(summary['runs'], table):
-        with open(out / run['name'] / 'summary.csv', newline='') as f:
-            rows = list(csv.DictReader(f))
-        assert len(rows) == 1
-        assert run['eval_top1'] == [float(r['eval_top1']) for r in rows]
-        assert run['train_loss'] == [float(r['train_loss']) for r in rows]
-        assert run['top1'] > 15.0, run  # 10 classes: chance is 10 %
-        assert row.startswith(f'| {run["label"]} | 1 | {run["top1"]:.1f} % |')
-        assert (out / f'{run["name"]}.log').stat().st_size > 0
-        assert (out / run['name'] / 'last.pth.tar').is_file()
-        assert run['argv'][1] == str(TRAIN_PY) and run['argv'][-2:] == ['--device-modules', 'timm_ext']
-        assert f'{run["name"]}: done in ' in stdout
-    assert summary['contributions'] and f'- {summary["contributions"][0]}' in lines
-    assert summary['contributions'][0].startswith('conv stem + CB + SAM together: ')
-    assert (out / 'curves.png').read_bytes()[:4] == b'\x89PNG'
-    assert sorted(p.name for p in out.iterdir()) == ['curves.png', 'full', 'full.log', 'summary.json', 'vit', 'vit.log']
-    assert f'summary: {out / "summary.json"}' in lines
 
 
 def test_a_failed_run_exits_1_with_its_log_tail(tmp_path, capsys, monkeypatch):

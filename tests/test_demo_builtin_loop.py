@@ -5,6 +5,8 @@ train.py's own values, and gives train.py's results: the slow test trains the qu
 both routes and finds every ``summary.csv`` number the same, epoch by epoch (train.py from
 TIMM_EXT_TIMM_TRAIN, default ../shared/timm-train/v1.0.28; skipped with the reason when it is absent).
 """
+import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -76,11 +78,15 @@ EPOCHS = 2  # the warmup epoch and one after it
 
 
 @pytest.mark.slow
-def test_both_routes_give_the_same_numbers_epoch_by_epoch(tmp_path, monkeypatch, offline_scripts):
+def test_both_routes_give_the_same_numbers_epoch_by_epoch(tmp_path, monkeypatch, capsys, offline_scripts):
     """The quick demo (``vit`` with AdamW, ``full`` with the conv stem, CB and SAM) through the built-in loop and
     through train.py: every summary.csv number is the same (top-1, top-5, losses, lr), epoch by epoch. Two epochs:
     the warmup epoch and one of the cosine schedule, every update on the schedule's update-wise lr; more epochs
-    would repeat the second (and CI's floor lane compares the whole quick demo's two routes again)."""
+    would repeat the second (and CI's floor lane compares the whole quick demo's two routes again).
+
+    The train.py route runs as a user runs it, ``timm-ext demo --quick`` with train.py from TIMM_EXT_TIMM_TRAIN: the
+    command line's end to end (where everything is before training starts, the table, the summary, the files)."""
+    from timm_ext.cli import main as cli_main
     from timm_ext.demo import run_demo
     from timm_ext.launch import from_run, timm_scripts
 
@@ -92,18 +98,52 @@ def test_both_routes_give_the_same_numbers_epoch_by_epoch(tmp_path, monkeypatch,
                        log=lines.append)
     assert lines[0].startswith('timm-ext demo: timm\'s train.py for timm ') and 'no route to' in lines[0]
     monkeypatch.setenv('TIMM_EXT_TIMM_TRAIN', str(TRAIN_PY))  # after: it is cached where the loop's run looked
-    train_py = run_demo(output=tmp_path / 'train_py', quick=True, epochs=EPOCHS, data_root=data, progress=False,
-                        log=lines.append)
-    assert [r.name for r in builtin.runs] == [r.name for r in train_py.runs] == ['vit', 'full']
-    for ours, theirs in zip(builtin.runs, train_py.runs):
+    out = tmp_path / 'train_py'
+    capsys.readouterr()
+    code = cli_main(['demo', '--quick', '--epochs', str(EPOCHS), '--output', str(out), '--data-root', str(data),
+                     '--no-progress'])
+    stdout = capsys.readouterr().out
+    assert code == 0, stdout
+    summary = json.loads((out / 'summary.json').read_text())
+    train_py = summary['runs']
+    assert [r.name for r in builtin.runs] == [r['name'] for r in train_py] == ['vit', 'full']
+    for ours, theirs in zip(builtin.runs, train_py):
+        folder = out / theirs['name']
         assert len(ours.eval_top1) == EPOCHS
-        assert ours.eval_top1 == theirs.eval_top1, ours.name  # the same validation images right, epoch by epoch
-        assert (Path(ours.folder) / 'summary.csv').read_text() == (Path(theirs.folder) / 'summary.csv').read_text()
+        assert ours.eval_top1 == theirs['eval_top1'], ours.name  # the same validation images right, epoch by epoch
+        assert (Path(ours.folder) / 'summary.csv').read_text() == (folder / 'summary.csv').read_text()
         # args.yaml: every value the loop records is train.py's (only the output folder differs)
         ours_args = yaml.safe_load((Path(ours.folder) / 'args.yaml').read_text())
-        theirs_args = yaml.safe_load((Path(theirs.folder) / 'args.yaml').read_text())
+        theirs_args = yaml.safe_load((folder / 'args.yaml').read_text())
         assert {k: v for k, v in ours_args.items() if k != 'output'} == \
             {k: theirs_args[k] for k in ours_args if k != 'output'}
         run = from_run.read_run(ours.folder)  # what `timm-ext validate --checkpoint RUN_FOLDER` reads
         assert run.arch == theirs_args['model'] and run.args['model_kwargs'] == theirs_args['model_kwargs']
         assert (Path(ours.folder) / 'model_best.pth.tar').is_file()
+
+    # the command line: where everything is, before training starts
+    digits = data / 'digits_16px_val0.2_seed0'
+    printed = stdout.splitlines()
+    assert printed[0] == f'data:    {digits} (1438 training, 359 validation images, 16 px)'
+    assert printed[1] == f'output:  {out}'
+    assert printed[2].startswith(f'runs:    2 train.py runs of {EPOCHS} epochs (vit, full), ')
+    assert summary['data'] == str(digits) and summary['epochs'] == EPOCHS and summary['train_images'] == 1438
+    table = [line for line in printed if line.startswith('| ViT')]
+    assert len(table) == 2
+    for run, row in zip(train_py, table):
+        with open(out / run['name'] / 'summary.csv', newline='') as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == EPOCHS
+        assert run['eval_top1'] == [float(r['eval_top1']) for r in rows]
+        assert run['train_loss'] == [float(r['train_loss']) for r in rows]
+        assert run['top1'] > 15.0, run  # 10 classes: chance is 10 %
+        assert row.startswith(f'| {run["label"]} | {EPOCHS} | {run["top1"]:.1f} % |')
+        assert (out / f'{run["name"]}.log').stat().st_size > 0
+        assert (out / run['name'] / 'last.pth.tar').is_file()
+        assert run['argv'][1] == str(TRAIN_PY) and run['argv'][-2:] == ['--device-modules', 'timm_ext']
+        assert f'{run["name"]}: done in ' in stdout
+    assert summary['contributions'] and f'- {summary["contributions"][0]}' in printed
+    assert summary['contributions'][0].startswith('conv stem + CB + SAM together: ')
+    assert (out / 'curves.png').read_bytes()[:4] == b'\x89PNG'
+    assert sorted(p.name for p in out.iterdir()) == ['curves.png', 'full', 'full.log', 'summary.json', 'vit', 'vit.log']
+    assert f'summary: {out / "summary.json"}' in printed
