@@ -13,9 +13,13 @@ __all__ = ['child_threads', 'same_threads']
 
 
 def child_threads() -> str:
-    """``OMP_NUM_THREADS`` for a child process: 2 alone, the worker's share under ``pytest -n N``."""
+    """``OMP_NUM_THREADS`` for a child process: 2 alone, the worker's share under ``pytest -n N``; of the threads
+    pytest itself was given (``OMP_NUM_THREADS``: .ci/run gives each of the lanes it runs side by side one), else
+    of the cores."""
     workers = max(1, int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '0') or 0))
-    return str(max(1, min(2, (os.cpu_count() or 1) // workers)))
+    given = os.environ.get('OMP_NUM_THREADS', '')
+    threads = int(given) if given.isdigit() and int(given) > 0 else (os.cpu_count() or 1)
+    return str(max(1, min(2, threads // workers)))
 
 
 def same_threads() -> str:

@@ -151,6 +151,9 @@ def test_a_watch_over_plain_torch_sees_nothing():
     assert watch.first is None
 
 
+# slow: a pytest process of its own (6 s); the watch it tests runs only where the marked tests run, the newest
+# lane, which runs it
+@pytest.mark.slow
 def test_a_timm_free_test_that_calls_timm_fails_with_the_call_named(pytester):
     pytester.makeconftest(f'import sys; sys.path.insert(0, {str(ROOT / "tests")!r})\n'
                           'from _timm_free import register\n'
@@ -177,6 +180,9 @@ def test_unmarked_calls_timm():
                                  "timm's list_models() (timm/models/_registry.py:*): remove the mark*"])
 
 
+# slow: a pytest process of its own (6 s); the watch it tests runs only where the marked tests run, the newest
+# lane, which runs it
+@pytest.mark.slow
 def test_a_models_only_test_that_calls_a_release_bound_part_fails_with_the_call_named(pytester):
     pytester.makeconftest(f'import sys; sys.path.insert(0, {str(ROOT / "tests")!r})\n'
                           'from _timm_free import register\n'

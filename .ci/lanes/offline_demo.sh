@@ -4,7 +4,8 @@
 # with no network (a network namespace of its own where unshare can make one, else a proxy that refuses), an empty
 # timm-ext cache (the digits are read from REFERENCE_DEMO's data root when given there) and no TIMM_EXT_TIMM_TRAIN.
 # The demo must say in one line that it uses its built-in loop, show its table, and give the summary.csv of
-# REFERENCE_DEMO (the same quick demo through timm's train.py) byte for byte, run by run.
+# REFERENCE_DEMO (the same quick demo through timm's train.py, of as many epochs: its summary.json's) byte for byte,
+# run by run.
 set -euo pipefail
 reference="$1"
 work="$2"
@@ -14,11 +15,12 @@ if unshare -rn true 2>/dev/null; then
 else
   no_network=(env HTTPS_PROXY=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 NO_PROXY= no_proxy=)
 fi
-echo "+ timm-ext demo --quick --no-progress  (no network, an empty cache, no TIMM_EXT_TIMM_TRAIN)"
+epochs=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["epochs"])' "$reference/summary.json")
+echo "+ timm-ext demo --quick --epochs $epochs --no-progress  (no network, an empty cache, no TIMM_EXT_TIMM_TRAIN)"
 if ! out="$(env -u TIMM_EXT_TIMM_TRAIN TIMM_EXT_CACHE="$work/offline-cache" "${no_network[@]}" \
-    "$@" demo --quick --no-progress --output "$work/demo-offline" 2>&1)"; then
+    "$@" demo --quick --epochs "$epochs" --no-progress --output "$work/demo-offline" 2>&1)"; then
   echo "$out"
-  echo 'offline demo: timm-ext demo --quick failed with no network and no train.py' >&2
+  echo "offline demo: timm-ext demo --quick --epochs $epochs failed with no network and no train.py" >&2
   exit 1
 fi
 echo "$out"

@@ -5,6 +5,7 @@ fixes the initialisation and the data order, so the per-seed differences cancel 
 give a tighter interval than two unpaired means. Pure Python (``math``, ``random``): scipy is not a
 dependency, so the Student-t quantile is computed here.
 """
+import functools
 import math
 import random
 import statistics
@@ -71,9 +72,11 @@ def _t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t > 0 else tail
 
 
+@functools.lru_cache(maxsize=256)
 def t_quantile(p: float, df: int) -> float:
     """The Student-t quantile: the half-width factor of a small-sample confidence interval (t_quantile(0.975, 4)
-    is 2.7764). Bisection on the CDF, so it is as exact as the incomplete beta (about 1e-12)."""
+    is 2.7764). Bisection on the CDF, so it is as exact as the incomplete beta (about 1e-12); cached, as a power
+    calculation asks for the same few (p, df) thousands of times."""
     if not 0.0 < p < 1.0:
         raise ValueError(f't_quantile needs a probability p strictly between 0 and 1, got {p}')
     if not df > 0:
