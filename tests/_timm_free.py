@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 import threading
-from multiprocessing import popen_fork, popen_spawn_posix
+from multiprocessing import popen_fork, popen_forkserver, popen_spawn_posix
 from typing import List, Optional
 
 import pytest
@@ -33,9 +33,10 @@ MODELS_MARK = 'timm_models_only'
 RECORD_ENV = 'TIMM_EXT_TIMM_CALLS'
 _TIMM_DIR = os.path.dirname(os.path.abspath(timm.__file__)) + os.sep
 _TIMM_EXT_DIR = os.path.dirname(os.path.abspath(timm_ext.__file__)) + os.sep
-# where a child process starts, in Python code (sys.settrace sees no C call such as os.system)
+# where a child process starts, in Python code (sys.settrace sees no C call such as os.system): a forkserver's child
+# (torch.multiprocessing's start_method='forkserver') is asked for in popen_forkserver's _launch
 _CHILD_CODES = {subprocess.Popen._execute_child.__code__, popen_fork.Popen._launch.__code__,
-                popen_spawn_posix.Popen._launch.__code__}
+                popen_forkserver.Popen._launch.__code__, popen_spawn_posix.Popen._launch.__code__}
 # the files whose frames the watch looks at: timm's, timm-ext's, and those where a child process starts
 _WATCHED = tuple({_TIMM_DIR, _TIMM_EXT_DIR, *(c.co_filename for c in _CHILD_CODES)})
 # the parts of timm a timm_models_only test may call: its models and layers, but how it loads weights

@@ -92,6 +92,7 @@ def _closed_form_params(depth: int, msa_blocks, cifar: bool, num_classes: int, w
 
 # --- sizes --------------------------------------------------------------------------------------------------
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name, kwargs, params, macs', [
     # the issue's targets (maintainer's issue 33: 33.0M / 1.52G, 28.2M / 1.38G, 30.0M / 4.35G) and the note's
     # exact reproduction with the official code: 33,012,840 / 1.515G, 28.16M / 1.381G, 30.01M / 4.344G
@@ -108,6 +109,7 @@ def test_params_and_thop_macs_match_the_paper_and_note(name, kwargs, params, mac
     assert thop_style_macs(model, model.pretrained_cfg['input_size']) == macs
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name, kwargs, millions', [
     # research note §2: other code builders, ImageNet / CIFAR-100 with window 4 and the code's MSA layout
     ('alternet_18', {}, 9.97), ('alternet_34', {}, 22.83), ('alternet_101', {}, 54.91), ('alternet_152', {}, 70.55),
@@ -120,6 +122,7 @@ def test_params_of_the_other_depths_match_the_note(name, kwargs, millions):
     assert round(_params(_meta_model(name, **kwargs)) / 1e6, 2) == millions
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name', timm.list_models('alternet_*'))
 def test_params_of_every_registered_model_match_the_closed_form(name):
     model = _meta_model(name)
@@ -145,6 +148,7 @@ def _msa_layout(model: AlterNet) -> List[List[int]]:
     return [[i for i, b in enumerate(stage.blocks) if isinstance(b, LocalMsaBlock)] for stage in model.stages]
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name, layout', [
     ('alternet_50_cifar', [[], [3], [5], [1, 3]]),  # paper Fig. 11: CCC | CCCM | CCCCCM | CMCM
     ('alternet_50', [[], [3], [1, 3, 5], [1, 3]]),  # CCC | CCCM | CMCMCM | CMCM
@@ -200,6 +204,7 @@ def test_stochastic_depth_is_linear_over_all_blocks():
 
 # --- forward ------------------------------------------------------------------------------------------------
 
+@pytest.mark.timm_models_only
 def test_alternet_50_cifar_forward():
     torch.manual_seed(0)
     model = timm.create_model('alternet_50_cifar').eval()
@@ -243,6 +248,7 @@ def test_features_only_stem_then_one_feature_per_stage():
         assert [f.shape[-1] for f in imagenet(torch.randn(1, 3, 64, 64))] == [32, 8, 2]
 
 
+@pytest.mark.timm_models_only
 def test_resnet50_out_indices_pick_the_same_levels_on_alternet_50():
     """A resnet50 FPN config (out_indices=(1, 2, 3, 4)) on alternet_50: reductions 4/8/16/32 and resnet50's channels;
     the maps have the sizes and channels feature_info names."""
@@ -479,6 +485,7 @@ def _output_graph(model: nn.Module) -> nn.Module:
     return create_feature_extractor(model, [train_nodes[-1] if model.training else eval_nodes[-1]])
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name, size', CONTRACT)
 def test_fx_forward_equals_eager(name, size):
     model = _contract_model(name).eval()
@@ -489,6 +496,7 @@ def test_fx_forward_equals_eager(name, size):
     assert torch.equal(fx_out, out)
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name, size', CONTRACT)
 def test_fx_backward_reaches_every_parameter(name, size):
     model = _contract_model(name, num_classes=7).train()
@@ -500,6 +508,7 @@ def test_fx_backward_reaches_every_parameter(name, size):
     assert len(list(graph.parameters())) == len(list(model.parameters()))
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.filterwarnings('ignore:`torch.jit.script` is deprecated:FutureWarning')
 @pytest.mark.parametrize('name, size', CONTRACT)
 def test_torchscript_and_fx_torchscript(name, size):

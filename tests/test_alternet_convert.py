@@ -157,6 +157,7 @@ def _model(kind: str):
     return timm.create_model(name, **kwargs).eval()
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('kind', ['cifar', 'imagenet'])
 def test_every_official_key_converts_and_loads_strictly(kind):
     official = _random_official(kind)
@@ -181,6 +182,7 @@ def _assert_converted_forward_matches(kind: str, shape: tuple, ws: int) -> None:
         torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.timm_models_only
 def test_converted_model_matches_the_official_forward_cifar():
     _assert_converted_forward_matches('cifar', (2, 3, 32, 32), ws=4)
 
@@ -232,6 +234,7 @@ def test_wrong_msa_layout_is_reported():
         convert_official_alternet(official, model)
 
 
+@pytest.mark.timm_models_only
 def test_kv_downsampling_checkpoint_is_rejected():
     """Attention2d(k=2) has a strided 2x2 to_kv; our attention has no KV reduction."""
     official = _random_official('cifar')

@@ -125,6 +125,7 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({'a': {'b'}, 'b': set()}) == []
 
 
+@pytest.mark.timm_free
 @pytest.mark.parametrize('where', ['package'] + list(SCRIPT_FOLDERS))
 def test_no_import_cycle(where):
     assert _cycles(_graphs()[where]) == [], f'import cycle in {where}: move what both sides need one layer down'
@@ -155,6 +156,7 @@ def test_imports_point_down_the_layers():
     assert upward == []
 
 
+@pytest.mark.timm_free
 def test_applications_use_the_public_library_only():
     """benchmarks/ and reproduction/ import timm_ext's public modules, never a package-private one (``_hooks``)."""
     private = []
@@ -175,6 +177,7 @@ def _is_module(path: Path, node: ast.ImportFrom, name: str) -> bool:
     return (folder / f'{name}.py').is_file() or (folder / name / '__init__.py').is_file()
 
 
+@pytest.mark.timm_free
 def test_no_private_name_is_imported_from_another_module():
     private = []
     files = list(_package_modules().values())
@@ -276,6 +279,7 @@ def test_the_closure_finder_sees_frameworks_and_frame_reads():
 SAM_FAMILY = ('SAM', 'GSAM', 'LookSAM', 'WrappedOptimizer', 'FactorySAM', 'FactoryGSAM', 'FactoryLookSAM')
 
 
+@pytest.mark.timm_free
 def test_no_module_assigns_to_the_sam_classes():
     """``SAM.driver = ...`` from timm_ext.optim (issue 45's finding): a class attribute set from another file is a
     step nobody can follow by reading sam.py. No module assigns to (or setattr()s) a SAM-family class."""

@@ -4,12 +4,14 @@ import pytest
 from timm_ext.catalog import list_timm_ext_models, model_info
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name', list_timm_ext_models())
 def test_every_model_is_measured(name):
     info = model_info(name)
     assert info.params > 0 and info.gmacs > 0 and info.num_classes in (10, 100, 1000)
 
 
+@pytest.mark.timm_models_only
 def test_pit_b_cb_matches_the_paper_size():
     """PiT's forward passes tensors through tuples; counting MACs under no_grad must not trip autograd hooks."""
     info = model_info('pit_b_cb')

@@ -1,12 +1,15 @@
 """.ci/run's lanes: every test runs in some lane, docs/compatibility.md lists what each lane leaves out, and a test
 marked ``timm_free`` that calls timm, or ``timm_models_only`` that calls a release-bound part, fails
 (tests/_timm_free.py)."""
+import ast
+import copy
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import List
 
 import pytest
 from _lanes import ROOT, Lane, lanes, left_out, mark_expression_holds
@@ -118,15 +121,83 @@ def test_compatibility_doc_lists_what_each_lane_leaves_out(collected):
                                  f'{BEGIN} and {END}:\n{expected}')
 
 
-def test_a_module_marked_timm_free_or_models_only_names_nothing_bound_to_the_timm_release():
-    marked = [p for p in sorted((ROOT / 'tests').glob('test_*.py'))
-              if f'pytest.mark.{MARK}' in p.read_text() or f'pytest.mark.{MODELS_MARK}' in p.read_text()]
-    assert len(marked) >= 35, marked  # the marks this test guards are there
-    bound = {p.name: sorted(set(VERSION_BOUND.findall(p.read_text()))) for p in marked if p.name != 'test_ci_lanes.py'}
+def _code(node: ast.AST) -> str:
+    """``node``'s code without its comments and docstrings (what the code names, not what its prose mentions)."""
+    node = copy.deepcopy(node)
+    for inner in ast.walk(node):
+        body = getattr(inner, 'body', None)
+        if isinstance(inner, (ast.FunctionDef, ast.ClassDef)) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            inner.body = body[1:] or [ast.Pass()]
+    return ast.unparse(node)
+
+
+def _marked_sources(path: Path) -> List[str]:
+    """The source a mark of ``path`` vouches for: the whole module under a module-level ``pytestmark``; else each
+    marked test function (its code and decorators, without comments and docstrings) with the module-level
+    definitions its names refer to (a constant or helper computed from timm's scripts at import, which the watch
+    does not see)."""
+    text = path.read_text()
+    tree = ast.parse(text)
+    marks = (f'pytest.mark.{MARK}', f'pytest.mark.{MODELS_MARK}')
+    if any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == 'pytestmark' for t in node.targets)
+           and any(m in ast.unparse(node.value) for m in marks) for node in tree.body):
+        return [text]
+    defined = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, ast.AnnAssign) else [node] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else []
+        for target in targets:
+            name = getattr(target, 'id', None) or getattr(target, 'name', None)
+            if name:
+                defined[name] = node
+    sources = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(m in ast.unparse(d) for d in node.decorator_list for m in marks):
+            names = sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & set(defined) - {node.name})
+            sources.append('\n'.join(_code(n) for n in [node, *(defined[name] for name in names)]))
+    return sources
+
+
+def test_a_test_marked_timm_free_or_models_only_names_nothing_bound_to_the_timm_release():
+    marked = {p.name: _marked_sources(p) for p in sorted((ROOT / 'tests').glob('test_*.py'))
+              if p.name != 'test_ci_lanes.py'}
+    marked = {name: sources for name, sources in marked.items() if sources}
+    assert len(marked) >= 35, sorted(marked)  # the marks this test guards are there
+    bound = {name: sorted({b for source in sources for b in VERSION_BOUND.findall(source)})
+             for name, sources in marked.items()}
     assert not {k: v for k, v in bound.items() if v}, (
-        f'modules marked {MARK} or {MODELS_MARK} that name something of the timm release (the release lanes must '
-        f'run them): '
-        f'{ {k: v for k, v in bound.items() if v} }')
+        f'tests marked {MARK} or {MODELS_MARK} (with the module-level names they use) that name something of the '
+        f'timm release (the release lanes must run them): {({k: v for k, v in bound.items() if v})}')
+
+
+def test_the_check_of_marked_tests_reads_each_marked_test_and_what_it_uses(tmp_path):
+    module = tmp_path / 'test_example.py'
+    module.write_text(f"""import pytest
+ARGS = read('train.py')
+SIZES = (1, 2)
+
+
+@pytest.mark.{MODELS_MARK}
+@pytest.mark.parametrize('size', SIZES)
+def test_free(size):
+    '''As train.py builds it (prose: not read).'''
+    assert size  # as validate.py does
+
+
+@pytest.mark.{MARK}
+def test_uses_args():
+    assert ARGS
+
+
+def test_unmarked():
+    assert 'validate.py'
+""")
+    sources = _marked_sources(module)
+    assert len(sources) == 2 and 'SIZES = (1, 2)' in sources[0] and 'test_unmarked' not in ''.join(sources)
+    assert [VERSION_BOUND.findall(s) for s in sources] == [[], ['train.py']]
+    module.write_text(f"import pytest\npytestmark = pytest.mark.{MARK}\n\ndef test_x():\n    assert 'train.py'\n")
+    assert _marked_sources(module) == [module.read_text()]
 
 
 def test_a_watched_call_into_timm_is_named():
@@ -141,6 +212,18 @@ def test_a_watched_child_process_is_named():
     with TimmCallWatch() as watch:
         subprocess.run([sys.executable, '-c', 'pass'], check=True)
     assert watch.first == 'a child process (Popen._execute_child)'
+
+
+def test_a_watched_forkserver_child_is_named():
+    """torch.multiprocessing's start_method='forkserver' (tests/_sam_reference.py's spawn_gloo): the server forks
+    the child; this process only asks for it, in popen_forkserver's _launch."""
+    import multiprocessing
+
+    with TimmCallWatch() as watch:
+        process = multiprocessing.get_context('forkserver').Process(target=int)
+        process.start()
+        process.join()
+    assert process.exitcode == 0 and watch.first == watch.first_bound == 'a child process (Popen._launch)'
 
 
 def test_a_watch_over_plain_torch_sees_nothing():

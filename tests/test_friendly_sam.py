@@ -17,6 +17,7 @@ from timm_ext.optim.friendly_sam import MOMENTUM_KEY
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('base_name', list(REFERENCE_BASES))
 def test_equals_pytorch_optimizer_friendlysam_on_a_vit(base_name):
     po = pytest.importorskip('pytorch_optimizer', reason='pytorch_optimizer is the test-only reference')

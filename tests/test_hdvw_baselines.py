@@ -274,6 +274,7 @@ def test_released_checkpoint_loads_with_equal_outputs(name, tmp_path):
         torch.testing.assert_close(model(img), reference(official, img), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.timm_models_only
 def test_registered_tags_point_at_the_release():
     for name, filename in FILES.items():
         cfg = get_pretrained_cfg(f'{name}.hdvw_cifar100')
@@ -284,6 +285,7 @@ def test_registered_tags_point_at_the_release():
         assert timm.create_model(name, device='meta').num_classes == 100  # the tag is the default
 
 
+@pytest.mark.timm_models_only
 def test_official_sizes():
     counts = {n: sum(p.numel() for p in timm.create_model(n, device='meta').parameters()) for n in FILES}
     assert counts['resnet50_cifar'] == 23_705_252  # the official dnn_50(num_classes=100, stem=False): 23.71M
@@ -303,6 +305,7 @@ def test_pit_needs_the_pool_remap(tmp_path):
         model.load_state_dict(checkpoint_filter_fn(random_weights(pit_ti_layout()), model))
 
 
+@pytest.mark.timm_models_only
 def test_resnet50_cifar_features():
     model = timm.create_model('resnet50_cifar', features_only=True).eval()
     assert model.feature_info.reduction() == [1, 1, 2, 4, 8]

@@ -661,6 +661,7 @@ def test_roundtrip_every_family_under_timm_1_0_28(tmp_path):
 
 # --- public weights the recipes start from ---------------------------------------------------------------------
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('tag', ['vit_base_patch16_224.sam_in1k', 'vit_base_patch32_224.sam_in1k'])
 def test_vit_sam_weights_are_timm_tags(tag):
     """The ViT-SAM fine-tuning recipes name these timm tags as their model (docs/hub.md)."""

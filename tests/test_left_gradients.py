@@ -193,6 +193,7 @@ def _torch_closure_loop(optimizer: torch.optim.Optimizer, model: nn.Module, step
     return returned
 
 
+@pytest.mark.timm_free
 def test_both_conventions_give_the_same_sam_and_say_what_they_return():
     ref = reference(mlp(), _SGD, _ce)
     davda, torch_way = mlp(), mlp()
@@ -203,6 +204,7 @@ def test_both_conventions_give_the_same_sam_and_say_what_they_return():
     assert relative_l2(davda, ref) <= RELATIVE_L2 and relative_l2(torch_way, ref) <= RELATIVE_L2
 
 
+@pytest.mark.timm_free
 @pytest.mark.parametrize('zero', ['optimizer', 'optimizer, set_to_none=False', 'model'])
 def test_every_way_of_zeroing_between_steps_is_read_right(zero):
     """After ``optimizer.zero_grad()`` (either form) or ``model.zero_grad()`` the next backward is davda54's first
@@ -241,6 +243,7 @@ def test_gradients_there_when_the_optimizer_is_built_are_no_first_pass():
     assert relative_l2(model, ref) <= RELATIVE_L2
 
 
+@pytest.mark.timm_free
 def test_gsam_and_interval_in_davda54s_convention():
     """GSAM reads the first pass's gradient, which in davda54's convention is the caller's: both conventions agree.
     With ``interval=2`` the plain steps use the caller's gradient and never call the closure."""

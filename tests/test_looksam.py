@@ -136,6 +136,7 @@ def test_state_dict_keeps_g_v_so_a_resumed_reuse_step_is_identical():
         assert torch.equal(v, resumed.state_dict()[k]), k
 
 
+@pytest.mark.timm_free
 def test_copy_keeps_g_v():
     model = _mlp()
     opt = LookSAM(torch.optim.SGD(model.parameters(), lr=0.1), interval=2)

@@ -213,3 +213,39 @@ def test_a_copy_of_the_model_carries_the_hook_but_displaces_nothing():
     w = flat(model.parameters()).detach().clone()
     F.cross_entropy(twin(data[1][0]), data[1][1]).backward()
     assert torch.equal(flat(model.parameters()), w) and torch.equal(flat(twin.parameters()), w) and opt._due
+
+
+
+@pytest.mark.parametrize('name, base, kwargs', [('msamadamw', 'adamw', {}), ('msamsgd', 'sgd', dict(momentum=0.9))])
+def test_a_compiled_step_compiles_its_base_optimizers_graphs_only(name, base, kwargs):
+    """torch.compile(opt.step) on the model-less route (step() leaves the weights displaced), with a parameter that
+    has no gradient for three steps and one in float64, as timm's foreach-parity test steps it: the displacement
+    runs eagerly, so the step compiles the graphs of its base optimizer's step and no more (traced, each momentum
+    state and value of ||v|| was a graph of its own: 11 against 2), and ends where the eager step does."""
+    from torch._dynamo.utils import counters
+
+    def run(opt_name, compiled):
+        params = [nn.Parameter(torch.randn(16, 8, generator=torch.Generator().manual_seed(0))),
+                  nn.Parameter(torch.randn(8, generator=torch.Generator().manual_seed(1))),
+                  nn.Parameter(torch.randn(16, 8, generator=torch.Generator().manual_seed(2), dtype=torch.float64))]
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', 'Momentum-SAM was not given the model')
+            opt = create_optimizer_v2(params, opt_name, lr=1e-2, **kwargs)
+        torch._dynamo.reset()
+        counters.clear()
+        step = torch.compile(opt.step, backend='eager') if compiled else opt.step
+        graphs = []
+        for i in range(6):
+            for j, p in enumerate(params):
+                p.grad = None if j == 1 and i < 3 else torch.randn(p.shape, dtype=p.dtype,
+                                                                   generator=torch.Generator().manual_seed(10 + i))
+            step()
+            graphs.append(counters['stats']['unique_graphs'])
+        getattr(opt, 'restore', lambda: None)()
+        return [p.detach().clone() for p in params], graphs
+
+    _, base_graphs = run(base, compiled=True)
+    weights, graphs = run(name, compiled=True)
+    assert graphs == base_graphs and graphs[-1] > 0, (graphs, base_graphs)
+    for compiled, eager in zip(weights, run(name, compiled=False)[0]):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)

@@ -193,6 +193,7 @@ def test_example_recipe_names_a_registered_sam():
     assert recipe.get('clip_grad') is None and recipe['opt_kwargs']['clip_grad'] == 1.0
 
 
+@pytest.mark.timm_models_only
 def test_example_recipe_has_the_papers_dropout_and_a_batch_independent_lr():
     """Chen et al. 2022 (ViT-SAM): dropout 0.1 in the blocks, lr 3e-3 at batch 4096 (Table 12)."""
     recipe = yaml.safe_load(EXAMPLE.read_text())

@@ -194,6 +194,7 @@ def test_every_paper_recipe_has_a_paper_row_and_every_row_a_recipe():
     assert all(r.split('/')[1] in ('imagenet', 'cifar10', 'cifar100') for r in PAPER_RECIPES)
 
 
+@pytest.mark.timm_free
 def test_committed_index_is_the_generated_one():
     committed = (REPO / 'recipes' / 'index.csv').read_text()
     assert committed == format_index(build_index()), 'regenerate it: `timm-ext recipes index --write`'
@@ -230,6 +231,7 @@ def test_paper_recipe_is_its_papers_setting(parser, recipe):
     assert row.global_batch % per_step == 0, (row.global_batch, per_step)
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('recipe', PAPER_RECIPES)
 def test_paper_recipe_model_builds_as_train_py_builds_it(recipe):
     """The model name and model_kwargs exist (on the meta device: no memory, no weights), with the classes,
@@ -251,6 +253,7 @@ def test_paper_recipe_model_builds_as_train_py_builds_it(recipe):
         assert model.patch_embed.patch_size[0] == kwargs['patch_size']
 
 
+@pytest.mark.timm_models_only
 def test_mixer_with_8x8_patches_is_table_8s():
     """ViT-SAM Table 8: Mixer-S/8 20M params, Mixer-B/8 64M, 784 tokens; timm's S/16 and B/16 otherwise."""
     import timm
@@ -322,6 +325,7 @@ def test_paper_check_names_each_difference(parser):
         'ViT code)): write `model_kwargs: {proj_drop_rate: 0.1}`']
 
 
+@pytest.mark.timm_free
 def test_paper_rows_by_name_or_path():
     row = find_paper_row('how-do-vits-work/cifar100/alternet_50')
     assert row == find_paper_row('how-do-vits-work/cifar100/alternet_50.yaml', _paper_rows())

@@ -375,6 +375,7 @@ def test_recipes_list_in_a_real_terminal(tmp_path):
     assert (tmp_path / 'err').read_text().startswith('(fitted to 100 columns')
 
 
+@pytest.mark.timm_free
 def test_recipes_index_prints_and_writes(capsys, tmp_path, monkeypatch):
     code, out, _ = _cli(capsys, 'recipes', 'index')
     assert code == 0 and out == (REPO / 'recipes' / 'index.csv').read_text()

@@ -36,6 +36,7 @@ def _tiny(alpha, cls):
     return [p.detach() for p in model.parameters()], reuse
 
 
+@pytest.mark.timm_free
 def test_the_watched_optimizer_steps_as_lookSAM_does_and_sees_only_reuse_steps():
     for alpha in (0.0, 0.7):
         plain, _ = _tiny(alpha, LookSAM)

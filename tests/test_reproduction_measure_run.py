@@ -44,6 +44,7 @@ def test_measure_reads_every_quantity_from_a_checkpoint(tmp_path, monkeypatch):
     assert m['lambda_max'] > 0 and m['noisy_loss'] > 0
 
 
+@pytest.mark.timm_free
 def test_main_records_the_measurements_own_wall_clock_cpu_time_and_cores(tmp_path, monkeypatch):
     import timm_ext.data
 

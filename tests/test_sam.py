@@ -93,6 +93,7 @@ def _closure(model, opt, x, y, seen=None):
 
 # ---- semantics -----------------------------------------------------------------------------------
 
+@pytest.mark.timm_free
 @pytest.mark.parametrize('adaptive', [False, True])
 def test_perturbation_is_global_l2_and_update_matches_reference(adaptive):
     model = _mlp()

@@ -97,6 +97,7 @@ def test_fp16_plain_steps_unscale_and_skip_overflow(contract, train_clip):
     assert scaler._scaler.get_scale() == 2.0 ** 9
 
 
+@pytest.mark.timm_free
 def test_resume_continues_the_interval_phase():
     batches = _batches(5)
 

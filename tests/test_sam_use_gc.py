@@ -74,6 +74,7 @@ def test_pytorch_optimizer_takes_the_same_direction_at_a_radius_shrunk_by_the_ce
     torch.testing.assert_close(_flat(ours.parameters()), _flat(theirs.parameters()))
 
 
+@pytest.mark.timm_free
 @pytest.mark.parametrize('family', [SAM, GSAM, LookSAM, WSAM, FriendlySAM])
 def test_every_family_takes_it_and_keeps_it_in_its_state_dict(family):
     model, (x, y) = _mlp(), _batches(1)[0]

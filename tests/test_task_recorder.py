@@ -78,6 +78,7 @@ def _no_global_module_hooks():
     return all(len(getattr(module, n)) == 0 for n in names)
 
 
+@pytest.mark.timm_free
 def test_nothing_installed_without_sam():
     assert _no_sam_alive()
     assert _no_global_module_hooks()
@@ -159,6 +160,7 @@ def test_closure_or_explicit_use_closes_the_recorder():
         opt2.step()
 
 
+@pytest.mark.timm_free
 def test_a_collected_waiting_sam_restores_the_task_class():
     assert _no_sam_alive()
     opt = SAM(torch.optim.SGD(_model().parameters(), lr=0.1))

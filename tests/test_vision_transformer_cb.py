@@ -18,6 +18,7 @@ def _nparams(model):
     return sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('size', list(SIZES))
 def test_param_counts_match_paper_and_base(size):
     base = _nparams(timm.create_model(SIZES[size], device='meta'))
@@ -33,6 +34,7 @@ def test_vit_small_cbs_adds_the_papers_two_hundredths_of_a_percent():
     assert extra == 4_608 and round(100 * extra / 22_050_664, 2) == 0.02
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name,layers,scaled', [
     ('vit_small_cb', tuple(range(6, 12)), False),
     ('vit_small_cb_all', tuple(range(12)), False),
@@ -60,6 +62,7 @@ def _reference_forward(base, x, cb_layers, patch_mean=False):
     return base.forward_head(base.norm(x))
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('patch_mean', [False, True])
 def test_cb_model_matches_hand_reference(patch_mean):
     model = timm.create_model('vit_tiny_cb', img_size=32, reg_tokens=2, cb_patch_mean=patch_mean).eval()
@@ -71,6 +74,7 @@ def test_cb_model_matches_hand_reference(patch_mean):
         assert not torch.allclose(model(x), base(x), atol=1e-4)
 
 
+@pytest.mark.timm_models_only
 def test_cb_model_equals_base_vit_when_cb_removed():
     model = timm.create_model('vit_tiny_cb_all', img_size=32).eval()
     base = timm.create_model('vit_tiny_patch16_224', img_size=32).eval()
@@ -82,6 +86,7 @@ def test_cb_model_equals_base_vit_when_cb_removed():
         torch.testing.assert_close(model(x), base(x), rtol=0, atol=0)
 
 
+@pytest.mark.timm_models_only
 def test_gradient_reaches_every_parameter():
     model = timm.create_model('vit_tiny_cbs', img_size=32, num_classes=5)
     model(torch.randn(2, 3, 32, 32)).logsumexp(-1).sum().backward()
@@ -130,6 +135,7 @@ def test_bad_cb_layers(layers, message):
         timm.create_model('vit_tiny_cb', cb_layers=layers, device='meta')
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name', ['vit_tiny_cb', 'vit_tiny_cb_all', 'pit_b_cb', 'mixer_s16_cb'])
 def test_cb_init_on_a_model_without_cbs_is_an_error(name):
     with pytest.raises(ValueError, match=r'cb_init=0.5 sets the initial Lambda of CB_S, but this is plain CB'):
@@ -145,6 +151,7 @@ def test_explicit_cb_layers_and_custom_depth():
     assert model.cb_layers == (3, 4, 5)
 
 
+@pytest.mark.timm_models_only
 def test_reset_parameters_through_init_weights_restores_cb_init():
     model = timm.create_model('vit_tiny_cbs', cb_init=0.3, img_size=32)
     with torch.no_grad():

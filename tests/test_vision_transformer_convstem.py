@@ -25,6 +25,7 @@ def test_registered():
     assert {'vit_small_cb', 'vit_small_cbs', 'vit_small_convstem'} <= set(TIMM_EXT_VITS)
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name, params, patchify', [
     ('vit_tiny_convstem', 6_439_912, 'vit_tiny_patch16_224'),
     ('vit_small_convstem', 23_412_136, 'vit_small_patch16_224'),  # DeiT-S_c: the paper's 22M -> 23M
@@ -54,6 +55,7 @@ def test_variant_delta_at_model_level(stem, delta):
     assert num_params(model) - num_params(base) == delta
 
 
+@pytest.mark.timm_models_only
 def test_default_stem_and_cfg():
     model = timm.create_model('vit_small_convstem', **SMALL)
     assert isinstance(model.patch_embed, ConvStemPatchEmbed)
@@ -77,6 +79,7 @@ def test_layer_as_embed_layer_of_any_timm_vit():
     assert type(own.patch_embed) is PatchEmbed
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name', TIMM_EXT_VITS)
 def test_every_timm_ext_vit_takes_the_stem_kwarg(name):
     model = timm.create_model(name, stem='3conv_3relu_1proj', img_size=32, depth=1)
@@ -87,6 +90,7 @@ def test_every_timm_ext_vit_takes_the_stem_kwarg(name):
     assert type(patch.patch_embed) is PatchEmbed and patch.pretrained_cfg['first_conv'] == 'patch_embed.proj'
 
 
+@pytest.mark.timm_models_only
 def test_cb_and_conv_stem_combine():
     model = timm.create_model('vit_small_cb', stem='conv', device='meta')
     assert type(model).__name__ == 'VisionTransformerCB' and model.cb_layers == tuple(range(6, 12))
@@ -95,6 +99,7 @@ def test_cb_and_conv_stem_combine():
     assert type(timm.create_model('vit_small_cb', **SMALL).patch_embed) is PatchEmbed  # CB default unchanged
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('name', CONVSTEM_MODELS)
 def test_forward_features_head(name):
     torch.manual_seed(0)
@@ -106,6 +111,7 @@ def test_forward_features_head(name):
     torch.testing.assert_close(model(x), model.forward_head(feats))
 
 
+@pytest.mark.timm_models_only
 def test_forward_intermediates_and_features_only():
     torch.manual_seed(0)
     model = timm.create_model('vit_small_convstem', img_size=64, depth=3).eval()
@@ -144,6 +150,7 @@ def test_reset_classifier_and_grad_checkpointing():
     torch.testing.assert_close(model.patch_embed.conv[0].weight.grad, ref_grad)
 
 
+@pytest.mark.timm_models_only
 def test_dynamic_img_size_and_set_input_size():
     model = timm.create_model('vit_small_convstem', dynamic_img_size=True, **SMALL).eval()
     inters = model.forward_intermediates(torch.randn(1, 3, 48, 80), intermediates_only=True)

@@ -45,6 +45,7 @@ def test_table2_rows(row):
     assert model.patch_embed(torch.randn(1, 3, IMG, IMG)).shape == (1, 32, IMG // 8, IMG // 8)
 
 
+@pytest.mark.timm_models_only
 def test_full_stem_is_timms_volo_d1():
     full = timm.create_model('volo_d1_convstem', device='meta')
     assert sum(p.numel() for p in full.parameters()) == 26_632_040  # timm's VOLO-D1 at 224

@@ -16,6 +16,7 @@ from timm_ext.optim import SAM, WSAM
 pytestmark = pytest.mark.filterwarnings('ignore:SAM does not know the model')
 
 
+@pytest.mark.timm_models_only
 @pytest.mark.parametrize('base_name', list(REFERENCE_BASES))
 @pytest.mark.parametrize('decouple', [True, False])
 def test_equals_pytorch_optimizer_wsam_on_a_vit(decouple, base_name):
