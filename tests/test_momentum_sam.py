@@ -215,7 +215,6 @@ def test_a_copy_of_the_model_carries_the_hook_but_displaces_nothing():
     assert torch.equal(flat(model.parameters()), w) and torch.equal(flat(twin.parameters()), w) and opt._due
 
 
-
 @pytest.mark.parametrize('name, base, kwargs', [('msamadamw', 'adamw', {}), ('msamsgd', 'sgd', dict(momentum=0.9))])
 def test_a_compiled_step_compiles_its_base_optimizers_graphs_only(name, base, kwargs):
     """torch.compile(opt.step) on the model-less route (step() leaves the weights displaced), with a parameter that

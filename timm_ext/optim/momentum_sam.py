@@ -139,7 +139,7 @@ class MomentumSAM(SAM):
             self._displaced = None
             self._move(1.0)
 
-    @torch.compiler.disable  # eager under a compiled step: a Python float of the norm would recompile at every step
+    @torch.compiler.disable  # eager under a compiled step: traced, ||v|| became a constant, a graph per momentum state
     def _move(self, sign: float) -> List[torch.Tensor]:
         """w += sign * rho * v / ||v|| over the parameters with a momentum; the parameters moved."""
         groups = self._momenta()
