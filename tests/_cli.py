@@ -20,7 +20,8 @@ def train_py_argv(train_py: Union[str, Path]) -> List[str]:
 
 
 def run_cli(capsys, *argv) -> Tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``timm-ext ARGV``; argparse's own exits (``--help``, usage) included."""
+    """(exit code, stdout, stderr) of ``timm-ext ARGV``; argparse's own exits (``--help``, usage) included. With
+    pytest's ``capfd`` for ``capsys``, what the command's child process (train.py, validate.py) printed too."""
     try:
         code = main([str(a) for a in argv])
     except SystemExit as e:

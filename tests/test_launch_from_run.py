@@ -6,10 +6,9 @@ RUN_FOLDER --data-dir D`` and nothing else, which must print train.py's last top
 import argparse
 import csv
 import json
-import os
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -169,44 +168,50 @@ def _digits(tmp_path: Path) -> Path:
     return digits_image_folder(tmp_path / 'digits', size=16)
 
 
-def _train(tmp_path: Path, data: Path) -> Path:
+def _train(capfd, tmp_path: Path, data: Path) -> Path:
     kwargs = [f'{k}={v}' for k, v in TRAIN_ARGS['model_kwargs'].items()]
-    cmd = [sys.executable, '-m', 'timm_ext', 'train', '--timm-train', str(SCRIPTS_DIR / 'train.py'),
-           '--data-dir', str(data), '--model', 'vit_tiny_cb', '--model-kwargs', *kwargs, '--num-classes', '10',
-           '--input-size', '3', '16', '16', '--crop-pct', '1.0', '--mean', '0.5', '0.5', '0.5', '--std', '0.5',
-           '0.5', '0.5', '--interpolation', 'bilinear', '--train-interpolation', 'bilinear', '--hflip', '0',
-           '--opt', 'adamw', '--lr', '2e-3', '--epochs', '2', '--warmup-epochs', '0', '-b', '32',
-           '--model-ema', '--model-ema-decay', '0.9', '--device', 'cpu', '--workers', '0',
-           '--output', str(tmp_path / 'out'), '--experiment', 'run', '--log-interval', '1000']
-    env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS=child_threads())
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, _, err = run_cli(
+        capfd, 'train', '--timm-train', SCRIPTS_DIR / 'train.py', '--data-dir', data, '--model', 'vit_tiny_cb',
+        '--model-kwargs', *kwargs, '--num-classes', '10', '--input-size', '3', '16', '16', '--crop-pct', '1.0',
+        '--mean', '0.5', '0.5', '0.5', '--std', '0.5', '0.5', '0.5', '--interpolation', 'bilinear',
+        '--train-interpolation', 'bilinear', '--hflip', '0', '--opt', 'adamw', '--lr', '2e-3', '--epochs', '2',
+        '--warmup-epochs', '0', '-b', '32', '--model-ema', '--model-ema-decay', '0.9', '--device', 'cpu',
+        '--workers', '0', '--output', tmp_path / 'out', '--experiment', 'run', '--log-interval', '1000')
+    assert code == 0, err[-3000:]
     return tmp_path / 'out' / 'run'
 
 
-def _validate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+@dataclass
+class Validated:
+    code: int
+    stderr: str  # timm-ext's and validate.py's
+    result: Optional[dict]  # validate.py's --results-file
+
+
+def _validate(capfd, tmp_path: Path, *args: str) -> Validated:
     results = tmp_path / f'results{len(list(tmp_path.glob("results*")))}.json'
-    cmd = [sys.executable, '-m', 'timm_ext', 'validate', '--timm-validate', str(VALIDATE_PY), *args,
-           '--results-file', str(results), '--results-format', 'json']
-    env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS=child_threads())
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    proc.result = json.loads(results.read_text()) if results.is_file() else None
-    return proc
+    code, _, err = run_cli(capfd, 'validate', '--timm-validate', VALIDATE_PY, *args, '--results-file', results,
+                           '--results-format', 'json')
+    return Validated(code, err, json.loads(results.read_text()) if results.is_file() else None)
 
 
 @pytest.mark.slow
-def test_validate_on_the_run_folder_prints_train_pys_top1(tmp_path, capsys, validate_parser):
+def test_validate_on_the_run_folder_prints_train_pys_top1(tmp_path, capfd, monkeypatch, validate_parser):
+    """``timm-ext train`` and ``timm-ext validate`` run in this process (pytest's capfd holds their output and their
+    children's), timm's train.py and validate.py as their children, as a user's command line starts them."""
+    monkeypatch.setenv('OMP_NUM_THREADS', child_threads())  # the children's
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
     if tuple(int(v) for v in torch.__version__.split('+')[0].split('.')[:2]) < (2, 5):
         pytest.skip(f'validate.py cannot load train.py\'s checkpoint with torch {torch.__version__} (weights-only '
                     f'unpickling of argparse.Namespace needs torch >= 2.5)')
     data = _digits(tmp_path)
-    run = _train(tmp_path, data)
+    run = _train(capfd, tmp_path, data)
     with open(run / 'summary.csv') as f:
         rows = list(csv.DictReader(f))
     last, best = float(rows[-1]['eval_top1']), max(float(r['eval_top1']) for r in rows)
 
-    proc = _validate(tmp_path, '--checkpoint', str(run), '--data-dir', str(data))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _validate(capfd, tmp_path, '--checkpoint', str(run), '--data-dir', str(data))
+    assert proc.code == 0, proc.stderr[-3000:]
     assert abs(proc.result['top1'] - last) < 0.1, (proc.result, rows)
     note = [line for line in proc.stderr.splitlines() if line.startswith('timm-ext validate: note: from run/')]
     assert len(note) == 1 and '--mean 0.5 0.5 0.5' in note[0] and '--use-ema' in note[0], proc.stderr
@@ -215,7 +220,7 @@ def test_validate_on_the_run_folder_prints_train_pys_top1(tmp_path, capsys, vali
     # validate every file of the folder with its default dpn92 and exit 0): the command validated above but for the
     # checkpoint file, and the same command, so the same top-1s (the best one's: model_best.pth.tar)
     def command(*args):
-        code, out, err = run_cli(capsys, 'validate', '--timm-validate', str(VALIDATE_PY), '--checkpoint', str(run),
+        code, out, err = run_cli(capfd, 'validate', '--timm-validate', str(VALIDATE_PY), '--checkpoint', str(run),
                                  *args, '--data-dir', str(data), '--dry-run')
         assert code == 0, err
         return out.strip().splitlines()[-1]
@@ -231,10 +236,10 @@ def test_validate_on_the_run_folder_prints_train_pys_top1(tmp_path, capsys, vali
     # what the route replaces: validate.py's own preprocessing and weights (the model, no EMA, ImageNet's
     # mean/std, its default crop) give another top-1
     kwargs = [f'{k}={v}' for k, v in TRAIN_ARGS['model_kwargs'].items()]
-    proc = _validate(tmp_path, '--no-run-args', '--checkpoint', str(run / 'last.pth.tar'), '--data-dir', str(data),
-                     '--model', 'vit_tiny_cb', '--model-kwargs', *kwargs, '--num-classes', '10', '--img-size', '16',
-                     '--device', 'cpu')
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _validate(capfd, tmp_path, '--no-run-args', '--checkpoint', str(run / 'last.pth.tar'), '--data-dir',
+                     str(data), '--model', 'vit_tiny_cb', '--model-kwargs', *kwargs, '--num-classes', '10',
+                     '--img-size', '16', '--device', 'cpu')
+    assert proc.code == 0, proc.stderr[-3000:]
     assert abs(proc.result['top1'] - last) > 1.0, (proc.result, rows)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _cli import run_cli
 from _timm_train import TRAIN_PY
 
 from timm_ext.launch import train_py_hooks
@@ -112,7 +113,9 @@ def test_summary_is_continued_not_given_a_second_header(tmp_path):
 # SAM only: the resume command timm-ext prints does not depend on the optimizer, and SAM's run also carries the
 # state that only SAM adds (a plain AdamW run was the second case here, 50 s of CI that proved nothing more)
 @pytest.mark.parametrize('opt', ['samadamw'])
-def test_ctrl_c_then_the_printed_command_is_the_uninterrupted_run(tmp_path, opt):
+def test_ctrl_c_then_the_printed_command_is_the_uninterrupted_run(tmp_path, capfd, monkeypatch, opt):
+    """The uninterrupted run and the resume run ``timm-ext train`` in this process (train.py as its child); the
+    interrupted one is a process group of its own, as a terminal's command line is."""
     if tuple(int(v) for v in torch.__version__.split('+')[0].split('.')[:2]) < (2, 5):
         pytest.skip(f'train.py\'s --resume cannot load its own checkpoint with torch {torch.__version__}')
     from timm_ext.data import digits_image_folder
@@ -123,17 +126,16 @@ def test_ctrl_c_then_the_printed_command_is_the_uninterrupted_run(tmp_path, opt)
             '--opt', opt, '--lr', '2e-3', '--epochs', '3', '--warmup-epochs', '1', '--sched-on-updates', '-b', '32',
             '--drop-path', '0.1', '--device', 'cpu', '--workers', '0', '--output', str(tmp_path / 'out'),
             '--log-interval', '1000']
-    env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS='1')
-    timm_ext = [sys.executable, '-m', 'timm_ext']
-    whole = subprocess.run([*timm_ext, 'train', *args, '--experiment', 'whole'], env=env, capture_output=True,
-                           text=True, timeout=600)
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')  # train.py's, in each of the three runs
+    code, _, err = run_cli(capfd, 'train', *args, '--experiment', 'whole')
+    assert code == 0, err[-3000:]
 
     # Ctrl-C in a terminal: SIGINT to the whole process group, once the first epoch's checkpoint is there
     # (without --experiment: train.py names the run's folder itself)
     # (SIGINT's default restored in the child: a test run started in the background inherits it ignored)
-    cut = subprocess.Popen([*timm_ext, 'train', *args], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                           text=True, start_new_session=True,
+    cut = subprocess.Popen([sys.executable, '-m', 'timm_ext', 'train', *args], stderr=subprocess.PIPE,
+                           stdout=subprocess.DEVNULL, text=True, start_new_session=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while not list((tmp_path / 'out').glob('2*/last.pth.tar')) and time.time() < deadline and cut.poll() is None:
@@ -146,9 +148,9 @@ def test_ctrl_c_then_the_printed_command_is_the_uninterrupted_run(tmp_path, opt)
     (folder,) = [p for p in (tmp_path / 'out').iterdir() if p.name != 'whole']
     assert resume == ['timm-ext', 'train', *args, '--resume', str(folder / 'last.pth.tar'), '--experiment',
                       folder.name]
-    resumed = subprocess.run([*timm_ext, *resume[1:]], env=env, capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f'--resume {folder / "last.pth.tar"}: weights and the state of {opt}' in resumed.stderr
+    code, _, err = run_cli(capfd, *resume[1:])
+    assert code == 0, err[-3000:]
+    assert f'--resume {folder / "last.pth.tar"}: weights and the state of {opt}' in err
 
     with open(tmp_path / 'out' / 'whole' / 'summary.csv') as f:
         expected = list(csv.reader(f))
