@@ -93,19 +93,6 @@ def test_extra_arguments_only_for_train_and_validate(capsys):
 
 
 @pytest.mark.slow
-def test_python_dash_m_timm_ext():
-    """``python -m timm_ext``, and a child process it starts (train.py's own help) when train.py is there."""
-    env = dict(os.environ, HF_HUB_OFFLINE='1', TIMM_EXT_TIMM_TRAIN=str(SCRIPTS_DIR))
-    proc = subprocess.run([sys.executable, '-m', 'timm_ext', 'recipes', 'list'], capture_output=True, text=True,
-                          timeout=120, env=env)
-    assert proc.returncode == 0 and 'examples/sam_minimal' in proc.stdout.split(), proc.stderr
-    require_timm_script(TRAIN_PY)  # skips (the reason said) when train.py is absent or needs another timm
-    proc = subprocess.run([sys.executable, '-m', 'timm_ext', 'train', '--train-help'], capture_output=True,
-                          text=True, timeout=120, env=env)
-    assert proc.returncode == 0 and proc.stdout.startswith('usage: train.py'), proc.stderr
-
-
-@pytest.mark.slow
 def test_a_reader_that_leaves_early_gets_no_traceback():
     """``timm-ext recipes list | head -1``: the closed pipe ends the command quietly, as it does ``cat``."""
     proc = subprocess.Popen([sys.executable, '-m', 'timm_ext', 'recipes', 'list'], stdout=subprocess.PIPE,

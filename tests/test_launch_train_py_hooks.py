@@ -115,7 +115,8 @@ def test_summary_is_continued_not_given_a_second_header(tmp_path):
 @pytest.mark.parametrize('opt', ['samadamw'])
 def test_ctrl_c_then_the_printed_command_is_the_uninterrupted_run(tmp_path, capfd, monkeypatch, opt):
     """The uninterrupted run and the resume run ``timm-ext train`` in this process (train.py as its child); the
-    interrupted one is a process group of its own, as a terminal's command line is."""
+    interrupted one is a process group of its own, as a terminal's command line is (``python -m timm_ext train``,
+    which starts train.py)."""
     if tuple(int(v) for v in torch.__version__.split('+')[0].split('.')[:2]) < (2, 5):
         pytest.skip(f'train.py\'s --resume cannot load its own checkpoint with torch {torch.__version__}')
     from timm_ext.data import digits_image_folder

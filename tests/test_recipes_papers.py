@@ -347,7 +347,9 @@ def test_recipes_list_fits_a_100_column_terminal(capsys, monkeypatch):
 @pytest.mark.skipif(sys.platform == 'win32', reason='needs a pseudo-terminal')
 @pytest.mark.slow
 def test_recipes_list_in_a_real_terminal(tmp_path):
-    """A pseudo-terminal 100 columns wide (no COLUMNS variable): the command reads its width from the terminal."""
+    """A pseudo-terminal 100 columns wide (no COLUMNS variable): the command reads its width from the terminal.
+    (``python -m timm_ext`` runs, too; the Ctrl-C test of tests/test_launch_train_py_hooks.py starts ``python -m
+    timm_ext train``, which starts train.py.)"""
     import fcntl
     import pty
     import struct
